@@ -1,0 +1,27 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install test demo clean
+
+install: $(STAMP)
+
+# Re-install whenever the pins or the package metadata change.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m bert_ds.prebuild_ops
+	touch $@
+
+test: install
+	OMP_NUM_THREADS=2 $(PY) -m pytest tests
+
+demo: install
+	$(PY) -m bert_ds.demo
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,179 @@
+"""Model presets and parallel layout sizes: the one place for model defaults and size checks.
+
+`validate_layout` is the single gate every entrypoint goes through before megatron or DeepSpeed
+see a size: a bad combination is refused here with one sentence naming the numbers, instead of
+an assertion from deep inside a library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration problem; the message is one sentence naming the fields."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape and regularisation of one BERT encoder (Devlin et al. 2018, Table/§3)."""
+
+    num_layers: int
+    """Transformer layers L."""
+    hidden_size: int
+    """Hidden size H."""
+    num_attention_heads: int
+    """Attention heads A; H must be divisible by A."""
+    vocab_size: int = 30522
+    """Rows of the word embedding; set from the tokenizer (30522 = Google's uncased WordPiece)."""
+    max_position_embeddings: int = 512
+    """Learned absolute positions; the paper pre-trains up to 512 tokens."""
+    type_vocab_size: int = 2
+    """Segment (token type) ids: 0 for sentence A, 1 for sentence B."""
+    hidden_dropout: float = 0.1
+    """Dropout on embeddings and on every sub-layer output before the residual add."""
+    attention_dropout: float = 0.1
+    """Dropout on the attention probabilities."""
+    layernorm_epsilon: float = 1e-12
+    """LayerNorm epsilon of Google's and Hugging Face's BERT checkpoints."""
+    init_method_std: float = 0.02
+    """Std of the truncated-normal-free N(0, std) init BERT uses for every weight matrix."""
+    layer_norm_position: Literal["post", "pre"] = "post"
+    """"post": original BERT (LN after each residual add); "pre": LN before each sub-layer."""
+    causal: bool = False
+    """Left-to-right attention (Table 5's LTR ablation) instead of bidirectional."""
+
+    @property
+    def ffn_hidden_size(self) -> int:
+        """Intermediate (feed-forward) size: 4H for every preset, as in the paper."""
+        return 4 * self.hidden_size
+
+    def replace(self, **changes) -> "ModelConfig":
+        """A copy with some fields changed (the config is frozen so presets stay intact)."""
+        return dataclasses.replace(self, **changes)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # tiny exists for tests: small enough that a 2-rank CPU step takes milliseconds.
+    "tiny": ModelConfig(num_layers=2, hidden_size=64, num_attention_heads=4),
+    # mini/small follow Google's compact BERTs (Turc et al. 2019).
+    "mini": ModelConfig(num_layers=4, hidden_size=256, num_attention_heads=4),
+    "small": ModelConfig(num_layers=4, hidden_size=512, num_attention_heads=8),
+    "base": ModelConfig(num_layers=12, hidden_size=768, num_attention_heads=12),
+    "large": ModelConfig(num_layers=24, hidden_size=1024, num_attention_heads=16),
+}
+
+
+def model_preset(name: str, **overrides) -> ModelConfig:
+    """The preset `name` with `overrides` applied (e.g. vocab_size from the tokenizer)."""
+    if name not in PRESETS:
+        raise ConfigError(f"Unknown model preset {name!r}; choose one of {', '.join(PRESETS)}.")
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(ModelConfig)}
+    if unknown:
+        raise ConfigError(f"Unknown model field(s) {', '.join(sorted(unknown))} for preset {name!r}.")
+    return PRESETS[name].replace(**overrides)
+
+
+def validate_layout(
+    model: ModelConfig, world_size: int, tensor_parallel: int = 1, pipeline_parallel: int = 1
+) -> int:
+    """Check that `model` splits over world = TP x PP x DP; return DP.
+
+    Every violated rule is named in one sentence, so a user fixes them all in one go.
+    """
+    problems = []
+    if tensor_parallel < 1 or pipeline_parallel < 1:
+        problems.append(
+            f"tensor parallel ({tensor_parallel}) and pipeline parallel ({pipeline_parallel}) "
+            "sizes must be at least 1"
+        )
+    else:
+        if model.hidden_size % model.num_attention_heads:
+            problems.append(
+                f"hidden size {model.hidden_size} is not divisible by "
+                f"{model.num_attention_heads} attention heads"
+            )
+        if model.num_attention_heads % tensor_parallel:
+            problems.append(
+                f"{model.num_attention_heads} attention heads are not divisible by "
+                f"tensor parallel size {tensor_parallel}"
+            )
+        if model.vocab_size % tensor_parallel:
+            problems.append(
+                f"vocab size {model.vocab_size} is not divisible by tensor parallel size "
+                f"{tensor_parallel}"
+            )
+        if model.ffn_hidden_size % tensor_parallel:
+            problems.append(
+                f"feed-forward size {model.ffn_hidden_size} is not divisible by tensor parallel "
+                f"size {tensor_parallel}"
+            )
+        if model.num_layers % pipeline_parallel:
+            problems.append(
+                f"{model.num_layers} layers are not divisible by pipeline parallel size "
+                f"{pipeline_parallel}"
+            )
+        if world_size % (tensor_parallel * pipeline_parallel):
+            problems.append(
+                f"world size {world_size} is not divisible by tensor parallel x pipeline parallel "
+                f"= {tensor_parallel} x {pipeline_parallel} = {tensor_parallel * pipeline_parallel}"
+            )
+    if not 0.0 <= model.hidden_dropout < 1.0 or not 0.0 <= model.attention_dropout < 1.0:
+        problems.append(
+            f"dropout must be in [0, 1), got hidden {model.hidden_dropout} and attention "
+            f"{model.attention_dropout}"
+        )
+    if model.layer_norm_position not in ("post", "pre"):
+        problems.append(f"layer_norm_position must be 'post' or 'pre', got {model.layer_norm_position!r}")
+    if problems:
+        raise ConfigError("Invalid configuration: " + "; ".join(problems) + ".")
+    return world_size // (tensor_parallel * pipeline_parallel)
+
+
+def transformer_config(
+    model: ModelConfig,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+    params_dtype: torch.dtype = torch.float32,
+):
+    """megatron-core's TransformerConfig for `model`: built here and nowhere else.
+
+    CPU initialisation is always used: the full master weight is drawn from the default
+    generator and then sliced, so the same seed gives the same full weights at any TP size.
+    """
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.utils import init_method_normal
+
+    init = init_method_normal(model.init_method_std)
+    return TransformerConfig(
+        num_layers=model.num_layers,
+        hidden_size=model.hidden_size,
+        num_attention_heads=model.num_attention_heads,
+        ffn_hidden_size=model.ffn_hidden_size,
+        hidden_dropout=model.hidden_dropout,
+        attention_dropout=model.attention_dropout,
+        layernorm_epsilon=model.layernorm_epsilon,
+        init_method=init,
+        output_layer_init_method=init,  # BERT uses one std everywhere, no depth scaling
+        activation_func=torch.nn.functional.gelu,  # exact (erf) GELU, as BERT and HF "gelu"
+        add_bias_linear=True,
+        gated_linear_unit=False,
+        normalization="LayerNorm",
+        tensor_model_parallel_size=tensor_parallel,
+        pipeline_model_parallel_size=pipeline_parallel,
+        sequence_parallel=False,  # torch LayerNorm does not support it (PLATFORM.md)
+        use_cpu_initialization=True,
+        perform_initialization=True,
+        params_dtype=params_dtype,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        persist_layer_norm=False,
+        cuda_graph_scope=[],  # the default "full" is deprecated and warns on every build
+    )

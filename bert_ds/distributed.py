@@ -1,0 +1,200 @@
+"""Process groups, device choice and RNG streams.
+
+This is the only module that names an accelerator: everything else asks `device()` and
+`backend()`. megatron-core's global parallel state is set up only inside `init_parallel` and torn
+down only by `teardown_parallel`; the rest of the code receives a `ParallelLayout` value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from bert_ds.config import ModelConfig, validate_layout
+
+# Offset of the model-parallel RNG stream from the run seed (megatron uses the same idea): the
+# stream differs per TP rank so that each rank's attention heads get independent dropout masks.
+_MODEL_PARALLEL_SEED_OFFSET = 2718
+MODEL_PARALLEL_RNG = "model-parallel-rng"
+
+
+def device() -> torch.device:
+    """The device this process computes on: its local GPU when there is one, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def backend() -> str:
+    """The collective backend matching `device()`: nccl on GPUs, gloo on CPUs."""
+    return "nccl" if device().type == "cuda" else "gloo"
+
+
+def _get_rng_state() -> torch.Tensor:
+    return torch.cuda.get_rng_state() if device().type == "cuda" else torch.get_rng_state()
+
+
+def _set_rng_state(state: torch.Tensor) -> None:
+    if device().type == "cuda":
+        torch.cuda.set_rng_state(state)
+    else:
+        torch.set_rng_state(state)
+
+
+class RNGStatesTracker:
+    """Named RNG streams for the compute device, usable on CPU and GPU alike.
+
+    megatron's CudaRNGStatesTracker only works with CUDA; this one swaps the state of whichever
+    generator `device()` uses. `fork(name)` runs a block on stream `name` and leaves the default
+    stream exactly as it was, so replicated computations (embedding and hidden dropout) stay
+    identical across TP ranks while sharded ones (attention heads) draw per-rank masks.
+    """
+
+    def __init__(self) -> None:
+        self._states: dict[str, torch.Tensor] = {}
+
+    def add(self, name: str, seed: int) -> None:
+        """Create stream `name` starting from `seed`, without disturbing the default stream."""
+        if name in self._states:
+            raise ValueError(f"RNG stream {name!r} already exists")
+        saved = _get_rng_state()
+        if device().type == "cuda":
+            torch.cuda.manual_seed(seed)
+        else:
+            torch.manual_seed(seed)
+        self._states[name] = _get_rng_state()
+        _set_rng_state(saved)
+
+    @contextlib.contextmanager
+    def fork(self, name: str = MODEL_PARALLEL_RNG):
+        """Run the block on stream `name`; the default stream is restored afterwards."""
+        if name not in self._states:
+            raise KeyError(f"RNG stream {name!r} was never added")
+        saved = _get_rng_state()
+        _set_rng_state(self._states[name])
+        try:
+            yield
+        finally:
+            self._states[name] = _get_rng_state()
+            _set_rng_state(saved)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Copies of every stream's state, for checkpoints."""
+        return {name: state.clone() for name, state in self._states.items()}
+
+    def load_state_dict(self, states: dict[str, torch.Tensor]) -> None:
+        """Restore streams saved by `state_dict`."""
+        self._states = {name: state.clone() for name, state in states.items()}
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """Where this process sits in world = TP x PP x DP, and its groups (TP fastest, then DP, then PP)."""
+
+    world_size: int
+    rank: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    data_parallel: int
+    tp_rank: int
+    pp_rank: int
+    dp_rank: int
+    tp_group: object
+    pp_group: object
+    dp_group: object
+    device: torch.device
+    rng_tracker: RNGStatesTracker = field(compare=False)
+    pg_collection: object = field(compare=False, default=None)
+    """megatron's ProcessGroupCollection for these groups, handed to the model explicitly."""
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _init_process_group(timeout_s: float) -> None:
+    """Join the job's process group; a plain `python script.py` becomes a world of one."""
+    if dist.is_initialized():
+        return
+    if device().type == "cuda":
+        torch.cuda.set_device(device())
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        # No launcher: a private store on a free port. The environment is left untouched so that
+        # child processes (launched jobs, tests) do not inherit a port that is already taken.
+        dist.init_process_group(
+            backend=backend(), init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
+            timeout=timeout,
+        )
+        return
+    dist.init_process_group(backend=backend(), timeout=timeout)
+
+
+def init_parallel(
+    model: ModelConfig,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+    seed: int = 1234,
+    timeout_s: float = 600.0,
+) -> ParallelLayout:
+    """Join the process group, check the sizes, build megatron's groups and seed every stream.
+
+    Sizes are checked with `validate_layout` before megatron sees them, so a bad layout ends
+    with one clear sentence instead of a megatron assertion.
+    """
+    from megatron.core import parallel_state
+    from megatron.core.process_groups_config import ProcessGroupCollection
+
+    _init_process_group(timeout_s)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    data_parallel = validate_layout(model, world, tensor_parallel, pipeline_parallel)
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=tensor_parallel,
+        pipeline_model_parallel_size=pipeline_parallel,
+    )
+    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+    # Default stream: equal on the TP ranks of a stage (replicated dropout must agree), different
+    # per pipeline stage (its layers are different modules).
+    torch.manual_seed(seed + 100 * pp_rank)
+    if device().type == "cuda":
+        torch.cuda.manual_seed(seed + 100 * pp_rank)
+    tracker = RNGStatesTracker()
+    tracker.add(MODEL_PARALLEL_RNG, seed + _MODEL_PARALLEL_SEED_OFFSET + 100 * pp_rank + tp_rank)
+    return ParallelLayout(
+        world_size=world,
+        rank=rank,
+        tensor_parallel=tensor_parallel,
+        pipeline_parallel=pipeline_parallel,
+        data_parallel=data_parallel,
+        tp_rank=tp_rank,
+        pp_rank=pp_rank,
+        dp_rank=parallel_state.get_data_parallel_rank(),
+        tp_group=parallel_state.get_tensor_model_parallel_group(),
+        pp_group=parallel_state.get_pipeline_model_parallel_group(),
+        dp_group=parallel_state.get_data_parallel_group(),
+        device=device(),
+        rng_tracker=tracker,
+        pg_collection=ProcessGroupCollection.use_mpu_process_groups(),
+    )
+
+
+def teardown_parallel(keep_process_group: bool = False) -> None:
+    """Undo `init_parallel`: megatron's groups, then (unless kept) the process group."""
+    from megatron.core import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    if not keep_process_group and dist.is_initialized():
+        dist.destroy_process_group()

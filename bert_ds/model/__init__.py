@@ -1,0 +1,28 @@
+"""The BERT encoder and heads on megatron-core blocks; `build_pretraining_model` wires them to a layout."""
+
+from __future__ import annotations
+
+from bert_ds.config import ModelConfig, transformer_config
+from bert_ds.model.attention import sdpa_core_attention
+from bert_ds.model.bert import BertForPretraining, BertModel, PretrainingOutput
+from bert_ds.model.layers import layer_spec
+
+
+def build_pretraining_model(config: ModelConfig, layout, with_nsp: bool = True) -> BertForPretraining:
+    """BertForPretraining for this process's place in `layout` (a distributed.ParallelLayout).
+
+    The layout supplies the TP size and the model-parallel RNG stream for attention dropout;
+    the weights are drawn from the default generator, so equal seeds give equal full weights.
+    """
+    core_attention = sdpa_core_attention(rng_fork=layout.rng_tracker.fork)
+    model = BertForPretraining(
+        config,
+        transformer_config(config, layout.tensor_parallel, layout.pipeline_parallel),
+        layer_spec(config.layer_norm_position, core_attention),
+        with_nsp=with_nsp,
+        pg_collection=layout.pg_collection,
+    )
+    return model.to(layout.device)
+
+
+__all__ = ["BertForPretraining", "BertModel", "PretrainingOutput", "build_pretraining_model"]

@@ -1,0 +1,72 @@
+"""Core attention on torch's scaled_dot_product_attention.
+
+megatron-core's DotProductAttention allocates on CUDA; this module fills the same `core_attention`
+slot of a megatron layer spec and runs on CPU and GPU (SDPA picks flash/memory-efficient kernels
+on GPUs by itself). Padding and causal structure both arrive in one boolean mask built by the
+model, in megatron's convention: True = masked out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from typing import Callable, ContextManager, Optional
+
+import torch
+import torch.nn.functional as F
+
+
+class SDPACoreAttention(torch.nn.Module):
+    """softmax(q k^T / sqrt(d) + mask) v with dropout on the probabilities.
+
+    Attention dropout runs inside `rng_fork()`: with tensor parallelism each rank holds different
+    heads, so it must draw its masks from its own (model-parallel) RNG stream.
+    """
+
+    def __init__(
+        self,
+        *,
+        config,
+        layer_number: int,
+        attn_mask_type=None,
+        attention_type: str = "self",
+        cp_comm_type: Optional[str] = None,
+        softmax_scale: Optional[float] = None,
+        pg_collection=None,
+        rng_fork: Callable[[], ContextManager] = contextlib.nullcontext,
+    ):
+        super().__init__()
+        self.dropout_p = config.attention_dropout
+        head_dim = config.kv_channels
+        self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+        self.rng_fork = rng_fork
+
+    def forward(
+        self,
+        query: torch.Tensor,  # [s, b, heads, head_dim] (this rank's heads)
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: Optional[torch.Tensor],  # bool, broadcastable to [b, heads, s, s]; True = masked
+        /,
+        *,
+        attn_mask_type=None,
+        attention_bias=None,
+        packed_seq_params=None,
+    ) -> torch.Tensor:
+        seq, batch = query.shape[0], query.shape[1]
+        # SDPA wants [b, heads, s, head_dim].
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+        allowed = None if attention_mask is None else ~attention_mask  # SDPA: True = may attend
+        dropout_p = self.dropout_p if self.training else 0.0
+        with self.rng_fork() if dropout_p > 0 else contextlib.nullcontext():
+            context = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=self.softmax_scale
+            )
+        # [b, heads, s, head_dim] -> [s, b, heads * head_dim]
+        return context.permute(2, 0, 1, 3).reshape(seq, batch, -1)
+
+
+def sdpa_core_attention(rng_fork: Callable[[], ContextManager] = contextlib.nullcontext):
+    """A core-attention builder for a layer spec; `rng_fork` is the TP dropout stream's fork."""
+    return functools.partial(SDPACoreAttention, rng_fork=rng_fork)

@@ -1,0 +1,199 @@
+"""BERT: embeddings + megatron TransformerBlock encoder + pre-training heads.
+
+This file is about BERT, not ranks: it reads no environment variables and no parallel state.
+Tensor parallelism arrives through the layer spec (Column/RowParallelLinear, the core-attention
+builder) and through megatron's VocabParallelEmbedding / ColumnParallelLinear used below, which
+shard by the TP group they were built under. Shapes: megatron works in [seq, batch, hidden].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from megatron.core.tensor_parallel import ColumnParallelLinear, VocabParallelEmbedding
+from megatron.core.transformer.module import MegatronModule
+from megatron.core.transformer.transformer_block import TransformerBlock, TransformerBlockSubmodules
+
+from bert_ds.config import ModelConfig
+from bert_ds.model.layers import layer_norm_impl
+
+
+def _normal_linear(in_features: int, out_features: int, std: float) -> torch.nn.Linear:
+    """A replicated (not tensor-parallel) Linear with BERT's N(0, std) weights and zero bias."""
+    linear = torch.nn.Linear(in_features, out_features)
+    torch.nn.init.normal_(linear.weight, mean=0.0, std=std)
+    torch.nn.init.zeros_(linear.bias)
+    return linear
+
+
+def attention_mask_to_masked_out(attention_mask: torch.Tensor, causal: bool) -> torch.Tensor:
+    """[b, s] with 1 = real token  ->  bool [b, 1, s, s] with True = masked out (megatron's convention).
+
+    Padded keys are hidden from every query; in causal mode key j is also hidden from query i < j.
+    Row i always keeps key 0 ([CLS]) or itself, so no row is fully masked.
+    """
+    seq = attention_mask.shape[1]
+    masked = ~attention_mask.bool()[:, None, None, :]  # [b, 1, 1, s]: the key is padding
+    if causal:
+        future = torch.ones(seq, seq, dtype=torch.bool, device=attention_mask.device).triu(1)
+        masked = masked | future  # [b, 1, s, s]
+    return masked.expand(-1, 1, seq, seq)
+
+
+class BertEmbeddings(MegatronModule):
+    """word (vocab-parallel) + position + token type -> LayerNorm -> dropout."""
+
+    def __init__(self, config: ModelConfig, transformer_config, tp_group=None):
+        super().__init__(config=transformer_config)
+        std = config.init_method_std
+        self.word_embeddings = VocabParallelEmbedding(
+            config.vocab_size,
+            config.hidden_size,
+            init_method=transformer_config.init_method,
+            config=transformer_config,
+            tp_group=tp_group,
+        )
+        self.position_embeddings = torch.nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = torch.nn.Embedding(config.type_vocab_size, config.hidden_size)
+        torch.nn.init.normal_(self.position_embeddings.weight, std=std)
+        torch.nn.init.normal_(self.token_type_embeddings.weight, std=std)
+        self.layernorm = torch.nn.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon)
+        self.dropout = torch.nn.Dropout(config.hidden_dropout)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        # input_ids, token_type_ids: [b, s]
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        embeddings = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(positions)[None]
+            + self.token_type_embeddings(token_type_ids)
+        )  # [b, s, h]
+        embeddings = self.dropout(self.layernorm(embeddings))
+        return embeddings.transpose(0, 1).contiguous()  # [s, b, h]
+
+
+class BertPooler(torch.nn.Module):
+    """tanh(W h_[CLS] + b): the sentence representation NSP and classification heads read."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.dense = _normal_linear(config.hidden_size, config.hidden_size, config.init_method_std)
+
+    def forward(self, sequence_output: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(sequence_output[0]))  # [s, b, h] -> [b, h]
+
+
+def _tp_group(pg_collection):
+    return pg_collection.tp if pg_collection is not None else None
+
+
+class BertModel(MegatronModule):
+    """The encoder every task shares: embeddings, transformer layers, pooler.
+
+    `pg_collection` (megatron's ProcessGroupCollection) names the groups to shard over; it comes
+    from the caller's ParallelLayout, never from global state read here.
+    """
+
+    def __init__(
+        self, config: ModelConfig, transformer_config, layer_spec, add_pooler: bool = True, pg_collection=None
+    ):
+        super().__init__(config=transformer_config)
+        self.model_config = config
+        self.embeddings = BertEmbeddings(config, transformer_config, _tp_group(pg_collection))
+        post_ln = config.layer_norm_position == "post"
+        self.encoder = TransformerBlock(
+            config=transformer_config,
+            spec=TransformerBlockSubmodules(
+                layer_specs=[layer_spec] * config.num_layers,
+                # Post-LN layers end in a LayerNorm already; pre-LN needs a final one.
+                layer_norm=None if post_ln else layer_norm_impl(),
+            ),
+            post_layer_norm=not post_ln,
+            pg_collection=pg_collection,
+        )
+        self.pooler = BertPooler(config) if add_pooler else None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [b, s]
+        token_type_ids: Optional[torch.Tensor] = None,  # [b, s], 0 = segment A, 1 = segment B
+        attention_mask: Optional[torch.Tensor] = None,  # [b, s], 1 = real token, 0 = padding
+    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Returns (sequence_output [s, b, h], pooled_output [b, h] or None)."""
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        hidden = self.embeddings(input_ids, token_type_ids)
+        masked_out = attention_mask_to_masked_out(attention_mask, self.model_config.causal)
+        sequence_output = self.encoder(hidden, attention_mask=masked_out)
+        pooled = self.pooler(sequence_output) if self.pooler is not None else None
+        return sequence_output, pooled
+
+
+class BertLMHead(MegatronModule):
+    """dense -> GELU -> LayerNorm -> decoder tied to the word embeddings (+ own bias).
+
+    The decoder is vocab-parallel: each TP rank produces logits for its slice of the vocabulary.
+    """
+
+    def __init__(self, config: ModelConfig, transformer_config, tp_group=None):
+        super().__init__(config=transformer_config)
+        self.dense = _normal_linear(config.hidden_size, config.hidden_size, config.init_method_std)
+        self.layernorm = torch.nn.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon)
+        self.decoder = ColumnParallelLinear(
+            config.hidden_size,
+            config.vocab_size,
+            config=transformer_config,
+            init_method=transformer_config.init_method,
+            bias=True,
+            gather_output=False,
+            skip_weight_param_allocation=True,  # the weight is the word embedding matrix
+            tp_group=tp_group,
+        )
+
+    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        # hidden: [n, h] -> logits [n, vocab / tp]
+        hidden = self.layernorm(torch.nn.functional.gelu(self.dense(hidden)))
+        logits, _ = self.decoder(hidden, weight=word_embeddings)
+        return logits
+
+
+@dataclass
+class PretrainingOutput:
+    """What BertForPretraining returns."""
+
+    mlm_logits: torch.Tensor
+    """[n_selected, vocab / tp], rows in the order of `input_ids[loss_mask]` (batch-major)."""
+    nsp_logits: Optional[torch.Tensor]
+    """[b, 2]: IsNext (0) vs NotNext (1); None without the NSP head."""
+    sequence_output: torch.Tensor
+    """[s, b, h] final hidden states."""
+
+
+class BertForPretraining(MegatronModule):
+    """BertModel + masked-LM head (+ next-sentence head unless `with_nsp=False`)."""
+
+    def __init__(
+        self, config: ModelConfig, transformer_config, layer_spec, with_nsp: bool = True, pg_collection=None
+    ):
+        super().__init__(config=transformer_config)
+        self.bert = BertModel(config, transformer_config, layer_spec, with_nsp, pg_collection)
+        self.lm_head = BertLMHead(config, transformer_config, _tp_group(pg_collection))
+        self.nsp_head = _normal_linear(config.hidden_size, 2, config.init_method_std) if with_nsp else None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: Optional[torch.Tensor],
+        attention_mask: Optional[torch.Tensor],
+        loss_mask: torch.Tensor,  # [b, s] bool: positions whose token is predicted
+    ) -> PretrainingOutput:
+        sequence_output, pooled = self.bert(input_ids, token_type_ids, attention_mask)
+        # Only the selected positions go through the vocabulary decoder (about 15% of them).
+        selected = sequence_output.transpose(0, 1)[loss_mask.bool()]  # [n_selected, h]
+        mlm_logits = self.lm_head(selected, self.bert.embeddings.word_embeddings.weight)
+        nsp_logits = self.nsp_head(pooled) if self.nsp_head is not None else None
+        return PretrainingOutput(mlm_logits, nsp_logits, sequence_output)

@@ -1,0 +1,153 @@
+"""Transformer layer specs: post-LN (original BERT, every Google/HF checkpoint) and pre-LN.
+
+Each spec function returns a fresh megatron `ModuleSpec`; tensor parallelism arrives through the
+Column/RowParallelLinear submodules and the core-attention builder passed in, so the model code
+never looks at ranks. megatron's own TransformerLayer is pre-LN, so post-LN gets a small layer
+class of ours built from the same submodules (weights therefore map 1:1 between the two).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Union
+
+import torch
+from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
+from megatron.core.models.backends import LocalSpecProvider
+from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.identity_op import IdentityOp
+from megatron.core.transformer.mlp import MLP, MLPSubmodules
+from megatron.core.transformer.module import MegatronModule
+from megatron.core.transformer.spec_utils import ModuleSpec, build_module
+from megatron.core.transformer.transformer_layer import (
+    BaseTransformerLayer,
+    TransformerLayer,
+    TransformerLayerSubmodules,
+)
+
+from bert_ds.model.attention import sdpa_core_attention
+
+_LOCAL = LocalSpecProvider()
+
+
+# megatron's TransformerLayer builds its MLP without `ffn_hidden_size` and MLP then warns that it
+# falls back to config.ffn_hidden_size, which is exactly BERT's 4H: the warning carries no news.
+warnings.filterwarnings("ignore", message="MLP requires ffn_hidden_size", category=DeprecationWarning)
+
+
+@dataclass
+class PostLNLayerSubmodules:
+    """Submodules of a post-LN layer: x = LN(x + attn(x)); x = LN(x + mlp(x))."""
+
+    self_attention: Union[ModuleSpec, type] = IdentityOp
+    self_attn_bda: Union[ModuleSpec, type] = IdentityOp
+    post_attention_layernorm: Union[ModuleSpec, type] = IdentityOp
+    mlp: Union[ModuleSpec, type] = IdentityOp
+    mlp_bda: Union[ModuleSpec, type] = IdentityOp
+    post_mlp_layernorm: Union[ModuleSpec, type] = IdentityOp
+
+
+class PostLNTransformerLayer(MegatronModule, BaseTransformerLayer):
+    """The original BERT layer: LayerNorm after each residual add.
+
+    Called by megatron's TransformerBlock with its keyword interface; returns (hidden, context).
+    """
+
+    def __init__(
+        self, config, submodules: PostLNLayerSubmodules, layer_number: int = 1, pg_collection=None, **_
+    ):
+        super().__init__(config=config)
+        self.layer_number = layer_number
+        self.hidden_dropout = config.hidden_dropout
+        norm_args = dict(config=config, hidden_size=config.hidden_size, eps=config.layernorm_epsilon)
+        self.self_attention = build_module(
+            submodules.self_attention, config=config, layer_number=layer_number, pg_collection=pg_collection
+        )
+        self.self_attn_bda = build_module(submodules.self_attn_bda)
+        self.post_attention_layernorm = build_module(submodules.post_attention_layernorm, **norm_args)
+        self.mlp = build_module(
+            submodules.mlp,
+            config=config,
+            ffn_hidden_size=config.ffn_hidden_size,
+            tp_group=pg_collection.tp if pg_collection is not None else None,
+        )
+        self.mlp_bda = build_module(submodules.mlp_bda)
+        self.post_mlp_layernorm = build_module(submodules.post_mlp_layernorm, **norm_args)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask=None, context=None, **_):
+        # hidden_states: [s, b, h]; the attention and MLP return (output, bias) for a fused add.
+        bias_dropout_add = self.self_attn_bda(self.training, self.config.bias_dropout_fusion)
+        attention_out = self.self_attention(hidden_states, attention_mask=attention_mask)
+        hidden_states = bias_dropout_add(attention_out, hidden_states, self.hidden_dropout)
+        hidden_states = self.post_attention_layernorm(hidden_states)
+
+        bias_dropout_add = self.mlp_bda(self.training, self.config.bias_dropout_fusion)
+        mlp_out = self.mlp(hidden_states)
+        hidden_states = bias_dropout_add(mlp_out, hidden_states, self.hidden_dropout)
+        return self.post_mlp_layernorm(hidden_states), context
+
+
+def _self_attention_spec(core_attention) -> ModuleSpec:
+    return ModuleSpec(
+        module=SelfAttention,
+        # The mask the model builds already holds padding and (optionally) causal structure.
+        params={"attn_mask_type": AttnMaskType.padding},
+        submodules=SelfAttentionSubmodules(
+            linear_qkv=_LOCAL.column_parallel_linear(),
+            core_attention=core_attention,
+            linear_proj=_LOCAL.row_parallel_linear(),
+            q_layernorm=IdentityOp,
+            k_layernorm=IdentityOp,
+        ),
+    )
+
+
+def _mlp_spec() -> ModuleSpec:
+    return ModuleSpec(
+        module=MLP,
+        submodules=MLPSubmodules(
+            linear_fc1=_LOCAL.column_parallel_linear(), linear_fc2=_LOCAL.row_parallel_linear()
+        ),
+    )
+
+
+def layer_norm_impl():
+    """megatron's LayerNorm choice: apex's fused kernel where installed, torch's otherwise."""
+    return _LOCAL.layer_norm(rms_norm=False, for_qk=False)
+
+
+def post_ln_layer_spec(core_attention=None) -> ModuleSpec:
+    """Original BERT layer; `core_attention` defaults to SDPA without a TP dropout stream."""
+    return ModuleSpec(
+        module=PostLNTransformerLayer,
+        submodules=PostLNLayerSubmodules(
+            self_attention=_self_attention_spec(core_attention or sdpa_core_attention()),
+            self_attn_bda=get_bias_dropout_add,
+            post_attention_layernorm=layer_norm_impl(),
+            mlp=_mlp_spec(),
+            mlp_bda=get_bias_dropout_add,
+            post_mlp_layernorm=layer_norm_impl(),
+        ),
+    )
+
+
+def pre_ln_layer_spec(core_attention=None) -> ModuleSpec:
+    """Pre-LN layer (megatron's TransformerLayer); the encoder then adds a final LayerNorm."""
+    return ModuleSpec(
+        module=TransformerLayer,
+        submodules=TransformerLayerSubmodules(
+            input_layernorm=layer_norm_impl(),
+            self_attention=_self_attention_spec(core_attention or sdpa_core_attention()),
+            self_attn_bda=get_bias_dropout_add,
+            pre_mlp_layernorm=layer_norm_impl(),
+            mlp=_mlp_spec(),
+            mlp_bda=get_bias_dropout_add,
+        ),
+    )
+
+
+def layer_spec(layer_norm_position: str, core_attention=None) -> ModuleSpec:
+    """The spec for a ModelConfig.layer_norm_position ("post" or "pre")."""
+    return (post_ln_layer_spec if layer_norm_position == "post" else pre_ln_layer_spec)(core_attention)

@@ -1,0 +1,77 @@
+"""The pre-training loss: the one function that owns MLM + NSP.
+
+`mlm_loss` is a masked-token cross-entropy averaged over the selected positions (all of them:
+[MASK]ed, randomised and unchanged alike), not a perplexity of the text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from megatron.core import parallel_state
+from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+
+@dataclass
+class PretrainingLoss:
+    """The scalar to back-propagate plus what gets logged, each averaged over this micro-batch."""
+
+    loss: torch.Tensor
+    mlm_loss: torch.Tensor
+    nsp_loss: Optional[torch.Tensor]
+    mlm_accuracy: torch.Tensor
+    nsp_accuracy: Optional[torch.Tensor]
+
+
+@torch.no_grad()
+def vocab_parallel_accuracy(logits: torch.Tensor, targets: torch.Tensor, tp_group=None) -> torch.Tensor:
+    """Fraction of rows whose target has the top logit, with the vocabulary split over TP ranks.
+
+    logits: [n, vocab / tp] (this rank's slice); targets: [n] full-vocabulary ids. Only two
+    [n]-sized all-reduces cross ranks, never the [n, vocab] logits.
+    """
+    if targets.numel() == 0:
+        return logits.new_zeros(())
+    tp_group = tp_group or parallel_state.get_tensor_model_parallel_group()
+    part = logits.shape[-1]
+    start = dist.get_rank(tp_group) * part if dist.get_world_size(tp_group) > 1 else 0
+    best = logits.max(dim=-1).values
+    in_slice = (targets >= start) & (targets < start + part)
+    local_ids = (targets - start).clamp(0, part - 1)
+    target_logit = torch.where(in_slice, logits.gather(1, local_ids[:, None])[:, 0], 0.0)
+    if dist.get_world_size(tp_group) > 1:
+        dist.all_reduce(best, op=dist.ReduceOp.MAX, group=tp_group)
+        dist.all_reduce(target_logit, op=dist.ReduceOp.SUM, group=tp_group)
+    return (target_logit >= best).float().mean()
+
+
+def pretraining_loss(
+    mlm_logits: torch.Tensor,
+    mlm_targets: torch.Tensor,
+    nsp_logits: Optional[torch.Tensor] = None,
+    next_sentence_label: Optional[torch.Tensor] = None,
+    tp_group=None,
+) -> PretrainingLoss:
+    """MLM cross-entropy over the selected positions (+ NSP cross-entropy when given).
+
+    mlm_logits: [n, vocab / tp] from BertForPretraining, rows aligned with mlm_targets [n]
+    (= labels[loss_mask]). megatron's vocab-parallel cross-entropy reuses the logits buffer in
+    place, so accuracy is read first and the logits must not be used after this call.
+    """
+    mlm_accuracy = vocab_parallel_accuracy(mlm_logits, mlm_targets, tp_group)
+    if mlm_targets.numel() == 0:
+        # No selected token in this micro-batch: a zero that still reaches every head parameter.
+        mlm_loss = mlm_logits.sum() * 0.0
+    else:
+        mlm_loss = vocab_parallel_cross_entropy(mlm_logits, mlm_targets).mean()
+    loss, nsp_loss, nsp_accuracy = mlm_loss, None, None
+    if nsp_logits is not None and next_sentence_label is not None:
+        nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label)
+        with torch.no_grad():
+            nsp_accuracy = (nsp_logits.argmax(-1) == next_sentence_label).float().mean()
+        loss = mlm_loss + nsp_loss
+    return PretrainingLoss(loss, mlm_loss, nsp_loss, mlm_accuracy, nsp_accuracy)

@@ -1,0 +1,64 @@
+"""Shared test helpers: synthetic batches and a real multi-process runner (gloo, CPU)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.multiprocessing as mp
+
+from bert_ds.distributed import free_port
+
+
+def synthetic_batch(vocab_size: int, batch: int = 3, seq: int = 16, seed: int = 0) -> dict:
+    """A pre-training micro-batch with padding, two segments and ~20% selected positions.
+
+    Ids 0-4 are kept for special tokens as in BERT vocabularies; position 0 plays [CLS].
+    """
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab_size, (batch, seq), generator=gen)
+    input_ids[:, 0] = 2
+    attention_mask = torch.ones(batch, seq, dtype=torch.long)
+    attention_mask[-1, seq - seq // 4 :] = 0  # the last example is padded
+    input_ids[attention_mask == 0] = 0
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, seq // 2 :] = 1
+    loss_mask = (torch.rand(batch, seq, generator=gen) < 0.2) & attention_mask.bool()
+    loss_mask[:, 0] = False
+    loss_mask[0, 1] = True  # never empty
+    labels = torch.randint(5, vocab_size, (batch, seq), generator=gen)
+    next_sentence_label = torch.randint(0, 2, (batch,), generator=gen)
+    return dict(
+        input_ids=input_ids,
+        token_type_ids=token_type_ids * attention_mask,
+        attention_mask=attention_mask,
+        loss_mask=loss_mask,
+        labels=labels,
+        next_sentence_label=next_sentence_label,
+    )
+
+
+def _rank_entry(rank: int, world_size: int, port: int, fn, args) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS="1",
+    )
+    torch.set_num_threads(1)
+    from bert_ds.distributed import teardown_parallel
+
+    try:
+        fn(rank, *args)
+    finally:
+        teardown_parallel()
+
+
+def run_on_ranks(fn, world_size: int = 2, *args) -> None:
+    """Run `fn(rank, *args)` in `world_size` fresh processes joined by a gloo process group.
+
+    A failure on any rank is re-raised here with that rank's traceback.
+    """
+    mp.spawn(_rank_entry, args=(world_size, free_port(), fn, args), nprocs=world_size, join=True)

@@ -1,0 +1,58 @@
+"""Our post-LN model with Hugging Face's weights computes Hugging Face's BertForPreTraining."""
+
+import pytest
+import torch
+from transformers import BertConfig, BertForPreTraining
+
+from bert_ds.checkpoint.hf_weights import bert_ds_to_hf, hf_to_bert_ds, model_config_from_hf
+from bert_ds.model import build_pretraining_model
+from tests.helpers import synthetic_batch
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    hf_config = BertConfig(
+        vocab_size=96,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=256,
+        hidden_act="gelu",
+        attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    return BertForPreTraining(hf_config).eval()
+
+
+def test_logits_match_hugging_face(layout, hf_model):
+    config = model_config_from_hf(hf_model.config)
+    model = build_pretraining_model(config, layout).eval()
+    model.load_state_dict(hf_to_bert_ds(hf_model.state_dict(), config), strict=True)
+    batch = synthetic_batch(config.vocab_size, batch=4, seq=24, seed=7)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        ours = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], real)
+        theirs = hf_model(
+            input_ids=batch["input_ids"],
+            token_type_ids=batch["token_type_ids"],
+            attention_mask=batch["attention_mask"],
+        )
+    # MLM logits at every real position (we decode only the positions asked for).
+    torch.testing.assert_close(ours.mlm_logits, theirs.prediction_logits[real], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(ours.nsp_logits, theirs.seq_relationship_logits, atol=1e-4, rtol=1e-4)
+    assert ours.mlm_logits.abs().max() > 1e-3  # not a trivially zero comparison
+
+
+def test_weight_names_round_trip(layout, hf_model):
+    config = model_config_from_hf(hf_model.config)
+    original = hf_model.state_dict()
+    back = bert_ds_to_hf(hf_to_bert_ds(original, config), config)
+    assert set(back) == set(original)
+    for name, tensor in original.items():
+        assert torch.equal(back[name], tensor), name
+
+
+def test_pre_ln_has_no_hugging_face_counterpart(hf_model):
+    config = model_config_from_hf(hf_model.config, layer_norm_position="pre")
+    with pytest.raises(ValueError, match="pre-LN"):
+        hf_to_bert_ds(hf_model.state_dict(), config)
