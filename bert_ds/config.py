@@ -177,3 +177,50 @@ def transformer_config(
         persist_layer_norm=False,
         cuda_graph_scope=[],  # the default "full" is deprecated and warns on every build
     )
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """How raw text becomes pre-training batches (bert_ds/data)."""
+
+    seq_length: int = 128
+    """Tokens per sequence, [CLS]/[SEP] included: 128 for the paper's phase 1, 512 for phase 2."""
+    micro_batch_size: int = 8
+    """Sequences per batch this rank yields."""
+    objective: Literal["mlm_nsp", "mlm", "ltr"] = "mlm_nsp"
+    """Table 5's objectives: MLM + NSP (default), MLM only, left-to-right LM (causal, no NSP)."""
+    mask_prob: float = 0.15
+    """Share of non-special tokens selected for prediction."""
+    dynamic_masking: bool = True
+    """True: new masks each time an example is drawn; False: static, one mask per example (from the seed)."""
+    short_seq_prob: float = 0.1
+    """Probability of a shorter target length for an NSP pair (the paper's 0.1)."""
+    block_documents: int = 64
+    """Documents read, paired and shuffled together; NotNext partners come from the same block.
+    A resume re-reads at most one block."""
+    num_workers: int = 0
+    """DataLoader worker processes per rank (0: build batches in the training process)."""
+    txt_documents: Literal["file", "blank_line"] = "file"
+    """.txt sources: one document per file, or one per blank-line separated block."""
+    seed: int = 1234
+    """Seeds file order, pairing, shuffling and masking."""
+
+    def validate(self, max_position_embeddings: int = 512) -> None:
+        """Refuse impossible values in one sentence naming them."""
+        problems = []
+        if not 8 <= self.seq_length <= max_position_embeddings:
+            problems.append(f"seq_length {self.seq_length} must be in [8, {max_position_embeddings}]")
+        if self.micro_batch_size < 1:
+            problems.append(f"micro_batch_size {self.micro_batch_size} must be at least 1")
+        if self.objective not in ("mlm_nsp", "mlm", "ltr"):
+            problems.append(f"objective {self.objective!r} must be 'mlm_nsp', 'mlm' or 'ltr'")
+        if not 0.0 < self.mask_prob < 1.0:
+            problems.append(f"mask_prob {self.mask_prob} must be in (0, 1)")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            problems.append(f"short_seq_prob {self.short_seq_prob} must be in [0, 1]")
+        if self.block_documents < 2:
+            problems.append(f"block_documents {self.block_documents} must be at least 2 (NSP needs a second document)")
+        if self.num_workers < 0:
+            problems.append(f"num_workers {self.num_workers} must be >= 0")
+        if problems:
+            raise ConfigError("Invalid data configuration: " + "; ".join(problems) + ".")

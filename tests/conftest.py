@@ -12,3 +12,26 @@ def layout():
     parallel = init_parallel(model_preset("tiny"))
     yield parallel
     teardown_parallel()
+
+
+@pytest.fixture(scope="session")
+def sample_tokenizer(tmp_path_factory):
+    """A sentencepiece tokenizer trained on the built-in sample corpus (small vocab: fast)."""
+    from bert_ds.data.sources import iter_document_texts
+    from bert_ds.data.tokenizer import train_sentencepiece
+
+    return train_sentencepiece(iter_document_texts(None), tmp_path_factory.mktemp("tokenizer"), vocab_size=2000)
+
+
+@pytest.fixture(scope="session")
+def sample_documents(sample_tokenizer):
+    """The sample corpus as tokenized documents (sentences of ids), read once per session."""
+    from bert_ds.data.sources import iter_document_texts
+    from bert_ds.data.text import TextStats, split_sentences
+
+    stats = TextStats()
+    documents = []
+    for text in iter_document_texts(None):
+        sentences = split_sentences(text, stats)
+        documents.append([ids for ids in sample_tokenizer.encode_batch(sentences) if ids])
+    return documents

@@ -1,0 +1,207 @@
+"""Corpus sources -> sharded, resumable document streams, built on `datasets` streaming.
+
+A source is written `[NAME=]LOCATION[@WEIGHT]`:
+- LOCATION is a local file, directory or glob of `.txt` (one document per file, or per blank-line
+  separated block with `txt_documents="blank_line"`), `.jsonl`/`.json` or `.parquet` (a `text`
+  field per record), or a hub dataset `hf:ID[:CONFIG]` (e.g. `hf:wikimedia/wikipedia:20231101.en`);
+- WEIGHT is the source's share of the training examples, hence of tokens (normalised; default 1);
+- `sample` names the built-in sample corpus: its books and Wikipedia parts in the paper's
+  800M : 2,500M words ratio.
+
+Local files are checked before streaming starts, so a missing file, an unreadable one or a
+corrupt Parquet footer is reported by name rather than from inside a reader.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+
+SAMPLE_DIR = Path(__file__).parent / "sample"
+# The paper's corpus sizes in words (BooksCorpus 800M, English Wikipedia 2,500M).
+PAPER_WEIGHTS = {"books": 800.0, "wiki": 2500.0}
+_FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+class DataError(ValueError):
+    """A user-facing data problem; the message names the source, file or record."""
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """One corpus in the mix."""
+
+    name: str
+    """Short label used in messages and statistics."""
+    location: str
+    """Local path/dir/glob, or `hf:ID[:CONFIG]`."""
+    weight: float = 1.0
+    """Relative share of documents drawn from this source."""
+
+    @property
+    def is_hub(self) -> bool:
+        return self.location.startswith("hf:")
+
+
+def sample_sources() -> list[DataSource]:
+    """The built-in sample corpus: books + Wikipedia, weighted as in the paper."""
+    return [
+        DataSource("books", str(SAMPLE_DIR / "books" / "*.txt"), PAPER_WEIGHTS["books"]),
+        DataSource("wiki", str(SAMPLE_DIR / "wiki" / "*.jsonl"), PAPER_WEIGHTS["wiki"]),
+    ]
+
+
+def parse_sources(specs: list[str] | None) -> list[DataSource]:
+    """`--data` strings -> DataSources; no specs (or "sample") means the built-in sample."""
+    if not specs:
+        return sample_sources()
+    sources: list[DataSource] = []
+    for spec in specs:
+        if spec == "sample":
+            sources.extend(sample_sources())
+            continue
+        name, _, rest = spec.rpartition("=") if "=" in spec.split(":", 1)[0] else ("", "", spec)
+        location, weight = rest, 1.0
+        if "@" in rest:
+            location, _, weight_text = rest.rpartition("@")
+            try:
+                weight = float(weight_text)
+            except ValueError:
+                raise DataError(f"Data source {spec!r}: weight {weight_text!r} is not a number.") from None
+            if weight <= 0:
+                raise DataError(f"Data source {spec!r}: weight must be positive, got {weight}.")
+        if not location:
+            raise DataError(f"Data source {spec!r} names no location.")
+        sources.append(DataSource(name or _default_name(location, len(sources)), location, weight))
+    names = [source.name for source in sources]
+    if len(set(names)) != len(names):
+        raise DataError(f"Data source names must be unique, got {names}; name them as NAME=LOCATION.")
+    return sources
+
+
+def _default_name(location: str, index: int) -> str:
+    if location.startswith("hf:"):
+        return location[3:].split(":")[0].split("/")[-1]
+    stem = Path(location.rstrip("/*")).stem or f"source{index}"
+    return stem.replace("*", "") or f"source{index}"
+
+
+def local_files(source: DataSource) -> list[str]:
+    """The files of a local source, sorted, each checked to exist and be readable."""
+    location = source.location
+    if os.path.isdir(location):
+        files = sorted(
+            str(path) for path in Path(location).rglob("*") if path.is_file() and path.suffix in _FORMATS
+        )
+    elif any(char in location for char in "*?["):
+        files = sorted(glob.glob(location, recursive=True))
+    else:
+        files = [location]
+    if not files:
+        raise DataError(f"Data source {source.name!r}: no files match {location!r}.")
+    for path in files:
+        if not os.path.isfile(path):
+            raise DataError(f"Data source {source.name!r}: file not found: {path}")
+        if not os.access(path, os.R_OK):
+            raise DataError(f"Data source {source.name!r}: file is not readable: {path}")
+    suffixes = {Path(path).suffix for path in files}
+    unknown = suffixes - set(_FORMATS)
+    if unknown:
+        raise DataError(
+            f"Data source {source.name!r}: unsupported file type {sorted(unknown)} "
+            f"(use .txt, .jsonl, .json or .parquet): {location}"
+        )
+    if len({_FORMATS[suffix] for suffix in suffixes}) > 1:
+        raise DataError(f"Data source {source.name!r} mixes file types {sorted(suffixes)}; split it in two.")
+    if _FORMATS[suffixes.pop()] == "parquet":
+        _check_parquet_footers(source, files)
+    return files
+
+
+def _check_parquet_footers(source: DataSource, files: list[str]) -> None:
+    import pyarrow.parquet as pq
+
+    for path in files:
+        try:
+            schema = pq.read_schema(path)
+        except Exception as error:  # pyarrow raises several types for a damaged file
+            raise DataError(f"Data source {source.name!r}: unreadable Parquet file {path}: {error}") from None
+        if "text" not in schema.names:
+            raise DataError(
+                f"Data source {source.name!r}: {path} has no 'text' column (columns: {schema.names})."
+            )
+
+
+def load_source(source: DataSource, seed: int, epoch: int, txt_documents: str = "file"):
+    """A streaming `datasets.IterableDataset` for one source, files in a seeded per-epoch order."""
+    from datasets import load_dataset
+
+    if source.is_hub:
+        hub_id, _, config = source.location[3:].partition(":")
+        try:
+            return load_dataset(hub_id, config or None, split="train", streaming=True)
+        except Exception as error:  # network, unknown id, missing config: all end the same way
+            raise DataError(f"Data source {source.name!r}: cannot open hub dataset {hub_id!r}: {error}") from None
+    files = local_files(source)
+    order = np.random.default_rng([seed, epoch]).permutation(len(files))
+    files = [files[i] for i in order]
+    builder = _FORMATS[Path(files[0]).suffix]
+    options = {}
+    if builder == "text":
+        if txt_documents not in ("file", "blank_line"):
+            raise DataError(f"txt_documents must be 'file' or 'blank_line', got {txt_documents!r}.")
+        # Lenient decoding: undecodable bytes become U+FFFD, which cleaning counts and drops.
+        options = dict(
+            sample_by="document" if txt_documents == "file" else "paragraph",
+            encoding="utf-8",
+            encoding_errors="replace",
+        )
+    return load_dataset(builder, data_files=files, split="train", streaming=True, **options)
+
+
+def document_stream(
+    source: DataSource,
+    seed: int,
+    epoch: int,
+    shard_index: int = 0,
+    num_shards: int = 1,
+    txt_documents: str = "file",
+):
+    """Documents of one source for shard `shard_index` of `num_shards` (disjoint shards whose
+    union is the source), as a resumable `datasets.IterableDataset` of records with `text`."""
+    from datasets.distributed import split_dataset_by_node
+
+    stream = load_source(source, seed, epoch, txt_documents)
+    return split_dataset_by_node(stream, rank=shard_index, world_size=num_shards) if num_shards > 1 else stream
+
+
+def record_text(record: dict, source: DataSource, position: int) -> str:
+    """The record's text, or a DataError naming the source and record when it has none."""
+    text = record.get("text")
+    if not isinstance(text, str):
+        fields = sorted(record)
+        raise DataError(
+            f"Data source {source.name!r} ({source.location}): record {position} has no text field "
+            f"'text' (fields: {fields})."
+        )
+    return text
+
+
+def iter_document_texts(specs: list[str] | None, max_documents: Optional[int] = None, seed: int = 0) -> Iterator[str]:
+    """Cleaned document texts of the given sources (all of them, mixed), e.g. for tokenizer training."""
+    from bert_ds.data.text import TextStats, clean_document
+
+    stats, produced = TextStats(), 0
+    for source in parse_sources(specs):
+        for position, record in enumerate(document_stream(source, seed=seed, epoch=0)):
+            if max_documents is not None and produced >= max_documents:
+                return
+            text = clean_document(record_text(record, source, position), stats)
+            if text:
+                produced += 1
+                yield text

@@ -1,0 +1,184 @@
+"""One shard's stream of training examples, resumable from a small state.
+
+Documents of every source are mixed by token share (each next document comes from the source
+furthest below its share of the tokens drawn so far: deterministic, so the mix follows the
+weights in tokens, not in documents, whose sizes differ 100-fold between books and articles).
+Documents are read in blocks; a block's examples are built and shuffled with an RNG keyed by the
+block's number. The state is therefore tiny: where each source stood when the current block
+started, and how many of the block's examples were already handed out. Resuming re-reads that
+block and continues with the next unseen example.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import struct
+from typing import Iterator, Optional
+
+import numpy as np
+
+from bert_ds.config import DataConfig
+from bert_ds.data.pairs import Document, Example, build_examples
+from bert_ds.data.sources import DataError, DataSource, document_stream, record_text
+from bert_ds.data.text import TextStats, clean_document, split_sentences
+
+# A block also ends when it holds this many tokens, bounding memory when documents are books.
+BLOCK_TOKEN_LIMIT = 2_000_000
+
+
+class SourceReader:
+    """Tokenized documents of one source for one shard, looping over epochs."""
+
+    def __init__(self, source: DataSource, tokenizer, config: DataConfig, shard_index: int, num_shards: int, stats: TextStats):
+        self.source, self.tokenizer, self.config = source, tokenizer, config
+        self.shard_index, self.num_shards, self.stats = shard_index, num_shards, stats
+        self.epoch = 0
+        self.documents_this_epoch = 0
+        self.records_this_epoch = 0
+        self._dataset = None
+        self._records: Optional[Iterator[dict]] = None
+        self._resume_from: Optional[dict] = None
+
+    def state_dict(self) -> dict:
+        dataset_state = self._dataset.state_dict() if self._records is not None else self._resume_from
+        return dict(
+            epoch=self.epoch,
+            documents_this_epoch=self.documents_this_epoch,
+            records_this_epoch=self.records_this_epoch,
+            dataset=copy.deepcopy(dataset_state),
+        )
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch = state["epoch"]
+        self.documents_this_epoch = state["documents_this_epoch"]
+        self.records_this_epoch = state["records_this_epoch"]
+        self._resume_from = copy.deepcopy(state["dataset"])
+        self._dataset, self._records = None, None
+
+    def _open(self) -> None:
+        self._dataset = document_stream(
+            self.source, self.config.seed, self.epoch, self.shard_index, self.num_shards, self.config.txt_documents
+        )
+        if self._resume_from is not None:
+            self._dataset.load_state_dict(self._resume_from)
+            self._resume_from = None
+        # `.iter(batch_size=1)` rather than `iter()`: inside a DataLoader worker, `datasets` would
+        # otherwise split the shards among workers on its own, on top of our sharding.
+        self._records = (
+            {name: values[0] for name, values in batch.items()} for batch in self._dataset.iter(batch_size=1)
+        )
+
+    def next_document(self) -> Document:
+        """The next non-empty document as sentences of token ids; starts a new epoch at the end."""
+        while True:
+            if self._records is None:
+                self._open()
+            try:
+                record = next(self._records)
+            except StopIteration:
+                if self.documents_this_epoch == 0:
+                    raise DataError(
+                        f"Data source {self.source.name!r} has no usable document for shard "
+                        f"{self.shard_index} of {self.num_shards} (data-parallel ranks x loader workers): "
+                        "it is empty or has fewer documents than shards; use fewer workers or more data."
+                    ) from None
+                self.epoch += 1
+                self.documents_this_epoch = self.records_this_epoch = 0
+                self._records = None
+                continue
+            except DataError:
+                raise
+            except Exception as error:  # a reader failing mid-stream (corrupt shard, I/O error)
+                raise DataError(f"Data source {self.source.name!r} ({self.source.location}): {error}") from None
+            self.records_this_epoch += 1
+            text = clean_document(record_text(record, self.source, self.records_this_epoch - 1), self.stats)
+            sentences = split_sentences(text, self.stats) if text else []
+            document = [ids for ids in self.tokenizer.encode_batch(sentences) if ids] if sentences else []
+            if document:
+                self.documents_this_epoch += 1
+                return document
+
+
+def _occurrence_uid(*parts: int) -> int:
+    digest = hashlib.blake2b(struct.pack(f"<{len(parts)}q", *parts), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class ExampleStream:
+    """Training examples for shard `shard_index` of `num_shards`, mixed from all sources."""
+
+    def __init__(self, sources: list[DataSource], tokenizer, config: DataConfig, shard_index: int = 0, num_shards: int = 1):
+        self.config, self.shard_index, self.num_shards = config, shard_index, num_shards
+        self.stats = TextStats()
+        self.readers = [SourceReader(s, tokenizer, config, shard_index, num_shards, self.stats) for s in sources]
+        weights = np.array([s.weight for s in sources], dtype=np.float64)
+        self.shares = weights / weights.sum()
+        self.tokens_drawn = np.zeros(len(sources), dtype=np.int64)
+        self.block_index = 0
+        self.examples_done = 0
+        self._block_start: Optional[dict] = None
+
+    def _snapshot(self) -> dict:
+        return dict(
+            readers=[reader.state_dict() for reader in self.readers],
+            tokens_drawn=self.tokens_drawn.tolist(),
+            stats=self.stats.as_dict(),
+        )
+
+    def state_dict(self) -> dict:
+        """Where the next unseen example is: the current block's start plus examples handed out."""
+        return dict(
+            block_start=copy.deepcopy(self._block_start or self._snapshot()),
+            block_index=self.block_index,
+            examples_done=self.examples_done,
+            shard_index=self.shard_index,
+            num_shards=self.num_shards,
+        )
+
+    def load_state_dict(self, state: dict) -> None:
+        if (state["shard_index"], state["num_shards"]) != (self.shard_index, self.num_shards):
+            raise DataError(
+                f"Data-loader state is for shard {state['shard_index']} of {state['num_shards']}, "
+                f"this stream is shard {self.shard_index} of {self.num_shards}."
+            )
+        start = state["block_start"]
+        for reader, reader_state in zip(self.readers, start["readers"], strict=True):
+            reader.load_state_dict(reader_state)
+        self.tokens_drawn = np.array(start["tokens_drawn"], dtype=np.int64)
+        self.stats.load_dict(start["stats"])
+        self.block_index = state["block_index"]
+        self.examples_done = state["examples_done"]
+        self._block_start = None
+
+    def _next_source(self) -> int:
+        # The source furthest below its share of all tokens drawn so far (ties: lowest index).
+        deficit = self.shares * max(int(self.tokens_drawn.sum()), 1) - self.tokens_drawn
+        return int(np.argmax(deficit))
+
+    def _read_block(self) -> list[Document]:
+        documents, tokens = [], 0
+        while len(documents) < self.config.block_documents and tokens < BLOCK_TOKEN_LIMIT:
+            index = self._next_source()
+            document = self.readers[index].next_document()
+            size = sum(len(sentence) for sentence in document)
+            self.tokens_drawn[index] += size
+            tokens += size
+            documents.append(document)
+        return documents
+
+    def __iter__(self) -> Iterator[Example]:
+        config = self.config
+        while True:
+            self._block_start = self._snapshot()
+            documents = self._read_block()
+            rng = np.random.default_rng([config.seed, self.shard_index, self.num_shards, self.block_index])
+            examples = build_examples(documents, config.objective, config.seq_length, config.short_seq_prob, rng)
+            order = rng.permutation(len(examples))
+            for k in range(self.examples_done, len(examples)):
+                example = examples[order[k]]
+                example.uid = _occurrence_uid(config.seed, self.shard_index, self.num_shards, self.block_index, k)
+                self.examples_done = k + 1
+                yield example
+            self.block_index += 1
+            self.examples_done = 0
