@@ -204,3 +204,26 @@ def test_state_from_another_layout_is_refused(sample_tokenizer):
     other = PretrainingLoader(sample_sources(), sample_tokenizer, _config(), dp_rank=0, dp_size=1)
     with pytest.raises(DataError, match="dp_rank/dp_size/num_workers = 0/2/0"):
         other.load_state_dict(loader.state_dict())
+
+
+def test_phase_two_sequences_of_512(sample_tokenizer):
+    batches = _take(PretrainingLoader(sample_sources(), sample_tokenizer, _config(seq_length=512)), 5)
+    assert all(batch["input_ids"].shape == (4, 512) for batch in batches)
+    lengths = torch.cat([batch["attention_mask"].sum(1) for batch in batches]).float()
+    assert lengths.max() == 512 and lengths.mean() > 256  # pairs fill the longer sequences
+
+
+def test_unreachable_hub_dataset_is_a_clear_error():
+    import subprocess
+    import sys
+
+    code = (
+        "from bert_ds.data.sources import parse_sources, load_source\n"
+        "load_source(parse_sources(['hf:wikimedia/wikipedia:20231101.en'])[0], 0, 0)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert run.returncode != 0
+    assert "DataError: Data source 'wikipedia': cannot open hub dataset 'wikimedia/wikipedia'" in run.stderr
