@@ -46,6 +46,8 @@ class ModelConfig:
     """"post": original BERT (LN after each residual add); "pre": LN before each sub-layer."""
     causal: bool = False
     """Left-to-right attention (Table 5's LTR ablation) instead of bidirectional."""
+    activation_checkpointing: bool = False
+    """Recompute each layer's activations during backward: less memory, about 1/3 more compute."""
 
     @property
     def ffn_hidden_size(self) -> int:
