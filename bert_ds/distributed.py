@@ -109,6 +109,8 @@ class ParallelLayout:
     pp_group: object
     dp_group: object
     device: torch.device
+    seed: int
+    """The run's seed; weights are drawn from it by name (bert_ds.model.init)."""
     rng_tracker: RNGStatesTracker = field(compare=False)
     pg_collection: object = field(compare=False, default=None)
     """megatron's ProcessGroupCollection for these groups, handed to the model explicitly."""
@@ -135,6 +137,9 @@ def _init_process_group(timeout_s: float) -> None:
             backend=backend(), init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
             timeout=timeout,
         )
+        # DeepSpeed insists on LOCAL_RANK; unlike RANK/WORLD_SIZE/MASTER_PORT it cannot mislead a
+        # child process into joining this private store.
+        os.environ.setdefault("LOCAL_RANK", "0")
         return
     dist.init_process_group(backend=backend(), timeout=timeout)
 
@@ -185,6 +190,7 @@ def init_parallel(
         pp_group=parallel_state.get_pipeline_model_parallel_group(),
         dp_group=parallel_state.get_data_parallel_group(),
         device=device(),
+        seed=seed,
         rng_tracker=tracker,
         pg_collection=ProcessGroupCollection.use_mpu_process_groups(),
     )
@@ -198,3 +204,67 @@ def teardown_parallel(keep_process_group: bool = False) -> None:
         parallel_state.destroy_model_parallel()
     if not keep_process_group and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def rng_state_dict(layout: ParallelLayout) -> dict:
+    """Every RNG stream this process draws from, for exact resume."""
+    import random
+
+    import numpy as np
+
+    return dict(
+        torch=torch.get_rng_state(),
+        device=_get_rng_state() if device().type != "cpu" else None,
+        tracker=layout.rng_tracker.state_dict(),
+        # As tensors and plain tuples, so checkpoints load with torch.load(weights_only=True).
+        numpy=[value if not isinstance(value, np.ndarray) else torch.from_numpy(value.copy())
+               for value in np.random.get_state()],
+        python=random.getstate(),
+    )
+
+
+def load_rng_state_dict(layout: ParallelLayout, state: dict) -> None:
+    """Restore what `rng_state_dict` saved."""
+    import random
+
+    import numpy as np
+
+    torch.set_rng_state(state["torch"])
+    if state["device"] is not None and device().type != "cpu":
+        _set_rng_state(state["device"])
+    layout.rng_tracker.load_state_dict(state["tracker"])
+    np.random.set_state(tuple(v.numpy() if isinstance(v, torch.Tensor) else v for v in state["numpy"]))
+    random.setstate(state["python"])
+
+
+class DeepSpeedMPU:
+    """The model-parallel unit DeepSpeed asks for (`deepspeed.initialize(mpu=...)`) without pipelines:
+    model parallel = tensor parallel, so ZeRO partitions over DP and grad norms count TP shards once."""
+
+    def __init__(self, layout: ParallelLayout):
+        self._layout = layout
+
+    def get_model_parallel_rank(self) -> int:
+        return self._layout.tp_rank
+
+    def get_model_parallel_world_size(self) -> int:
+        return self._layout.tensor_parallel
+
+    def get_model_parallel_group(self):
+        return self._layout.tp_group
+
+    get_tensor_model_parallel_rank = get_model_parallel_rank
+    get_tensor_model_parallel_world_size = get_model_parallel_world_size
+    get_tensor_model_parallel_group = get_model_parallel_group
+
+    def get_tensor_model_parallel_src_rank(self) -> int:
+        return dist.get_global_rank(self._layout.tp_group, 0)
+
+    def get_data_parallel_rank(self) -> int:
+        return self._layout.dp_rank
+
+    def get_data_parallel_world_size(self) -> int:
+        return self._layout.data_parallel
+
+    def get_data_parallel_group(self):
+        return self._layout.dp_group

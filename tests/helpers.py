@@ -62,3 +62,33 @@ def run_on_ranks(fn, world_size: int = 2, *args) -> None:
     A failure on any rank is re-raised here with that rank's traceback.
     """
     mp.spawn(_rank_entry, args=(world_size, free_port(), fn, args), nprocs=world_size, join=True)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_pretrain(args: list[str], nproc: int = 1, cache_dir: str | None = None, timeout: int = 300):
+    """`python bert_ds/pretrain.py ARGS` (nproc=1) or `torchrun --nproc_per_node N ...`: a real job."""
+    import subprocess
+    import sys
+
+    script = os.path.join(REPO, "bert_ds", "pretrain.py")
+    if nproc == 1:
+        command = [sys.executable, script, *args]
+    else:
+        command = [
+            sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+            f"--master_port={free_port()}", script, *args,
+        ]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env["OMP_NUM_THREADS"] = "1" if nproc > 1 else "2"
+    if cache_dir:
+        env["BERT_DS_CACHE"] = cache_dir
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+
+
+def read_metrics(path) -> list[dict]:
+    import json
+
+    with open(path) as lines:
+        return [json.loads(line) for line in lines]

@@ -13,6 +13,7 @@ roles so that the worker whose batch was due next comes first again.
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Iterator, Optional
 
 import numpy as np
@@ -21,7 +22,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from bert_ds.config import DataConfig
 from bert_ds.data.masking import SpecialIds, collate
-from bert_ds.data.sources import DataError, DataSource
+from bert_ds.data.sources import DataError, DataSource, check_sources
 from bert_ds.data.stream import ExampleStream
 from bert_ds.data.text import TextStats
 
@@ -69,6 +70,7 @@ class PretrainingLoader:
         self, sources: list[DataSource], tokenizer, config: DataConfig, dp_rank: int = 0, dp_size: int = 1
     ):
         config.validate()
+        check_sources(sources)
         if not 0 <= dp_rank < dp_size:
             raise DataError(f"dp_rank {dp_rank} must be in [0, {dp_size}).")
         self.sources, self.tokenizer, self.config = sources, tokenizer, config
@@ -89,6 +91,9 @@ class PretrainingLoader:
             num_workers=self.config.num_workers,
             collate_fn=_identity,
             prefetch_factor=4 if self.config.num_workers else None,
+            # Its own generator: creating the iterator must not draw from the global RNG, or a
+            # resumed run (which creates it later) would shift every dropout mask after it.
+            generator=torch.Generator().manual_seed(self.config.seed),
         )
         for batch, role, state in loader:
             self._states[role] = state
@@ -108,8 +113,14 @@ class PretrainingLoader:
             worker_states=copy.deepcopy(self._states),
         )
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continue where `state` was taken; the layout (DP size, rank, workers) must match."""
+    def load_state_dict(self, state: dict, skip_partial_block: bool = False) -> None:
+        """Continue where `state` was taken; the layout (DP size, rank, workers) must match.
+
+        `skip_partial_block`: the examples would be cut differently (a new sequence length, e.g.
+        the paper's switch from 128 to 512 tokens), so the rest of each current block is skipped
+        and reading continues with the next block: no document repeats, at most one block per
+        shard goes unused.
+        """
         if state.get("version") != STATE_VERSION:
             raise DataError(f"Unknown data-loader state version {state.get('version')!r} (expected {STATE_VERSION}).")
         saved = (state["dp_rank"], state["dp_size"], state["num_workers"])
@@ -120,6 +131,10 @@ class PretrainingLoader:
                 f"{self.dp_rank}/{self.dp_size}/{self.config.num_workers}; resume with the same layout."
             )
         self._states = copy.deepcopy(state["worker_states"])
+        if skip_partial_block:
+            for worker_state in self._states:
+                if worker_state is not None:
+                    worker_state["examples_done"] = sys.maxsize
         self._next_role = state["next_role"]
         self.batches_consumed = state["batches_consumed"]
 

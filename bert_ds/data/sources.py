@@ -123,6 +123,13 @@ def local_files(source: DataSource) -> list[str]:
     return files
 
 
+def check_sources(sources: list[DataSource]) -> None:
+    """Check every local source's files now, so a bad path fails at start-up, not mid-run in a worker."""
+    for source in sources:
+        if not source.is_hub:
+            local_files(source)
+
+
 def _check_parquet_footers(source: DataSource, files: list[str]) -> None:
     import pyarrow.parquet as pq
 

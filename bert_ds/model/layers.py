@@ -4,15 +4,20 @@ Each spec function returns a fresh megatron `ModuleSpec`; tensor parallelism arr
 Column/RowParallelLinear submodules and the core-attention builder passed in, so the model code
 never looks at ranks. megatron's own TransformerLayer is pre-LN, so post-LN gets a small layer
 class of ours built from the same submodules (weights therefore map 1:1 between the two).
+
+Activation checkpointing is ours too, per layer (`run_layer_forward`): megatron's recompute uses
+its CUDA-only RNG tracker, while ours also replays the CPU-capable tracker's dropout stream.
 """
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
 from typing import Union
 
 import torch
+from torch.utils.checkpoint import checkpoint
 from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.models.backends import LocalSpecProvider
 from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
@@ -49,16 +54,80 @@ class PostLNLayerSubmodules:
     post_mlp_layernorm: Union[ModuleSpec, type] = IdentityOp
 
 
+class _ReplayTrackerStates:
+    """Runs a block on saved model-parallel RNG states, then puts the live states back.
+
+    Re-enterable, so a second backward through a retained graph replays the same masks again.
+    """
+
+    def __init__(self, rng_tracker) -> None:
+        self.rng_tracker = rng_tracker
+        self.saved = rng_tracker.state_dict()  # taken before the original forward draws anything
+        self.live = None
+
+    def __enter__(self) -> None:
+        self.live = self.rng_tracker.state_dict()
+        self.rng_tracker.load_state_dict(self.saved)
+
+    def __exit__(self, *exc) -> None:
+        # The live streams have moved on since the forward (later layers drew from them); the
+        # recomputation must not rewind them, or the next step would repeat this step's masks.
+        self.rng_tracker.load_state_dict(self.live)
+
+
+def tracker_checkpoint_contexts(rng_tracker):
+    """checkpoint's `context_fn`: (forward context, recompute context) for the tracker's streams.
+
+    torch's checkpoint replays only the default generators; attention dropout draws from the
+    tracker's model-parallel stream, so the recomputation must see that stream's state as it
+    was before the original forward, or its dropout masks (and so the gradients) would differ.
+    """
+    if rng_tracker is None:
+        return contextlib.nullcontext(), contextlib.nullcontext()
+    return contextlib.nullcontext(), _ReplayTrackerStates(rng_tracker)
+
+
+def run_layer_forward(layer, forward, *args, **kwargs):
+    """`forward(*args, **kwargs)` of `layer`, checkpointed when `layer.activation_checkpointing`
+    is set and an autograd graph is being built in training mode.
+
+    Checkpointed, the layer keeps only its inputs and recomputes its activations in backward,
+    with the same dropout masks: torch restores the default generator, and `layer.rng_tracker`
+    (the RNGStatesTracker whose stream the core attention forks, None if it forks none) is
+    replayed by `tracker_checkpoint_contexts`.
+    """
+    if not (layer.activation_checkpointing and layer.training and torch.is_grad_enabled()):
+        return forward(*args, **kwargs)
+    return checkpoint(
+        forward,
+        *args,
+        use_reentrant=False,  # the reentrant variant accepts neither kwargs nor a context_fn
+        # Looked up at call time, so a test can swap it for a no-op and see the replay matter.
+        context_fn=lambda: tracker_checkpoint_contexts(layer.rng_tracker),
+        **kwargs,
+    )
+
+
 class PostLNTransformerLayer(MegatronModule, BaseTransformerLayer):
     """The original BERT layer: LayerNorm after each residual add.
 
     Called by megatron's TransformerBlock with its keyword interface; returns (hidden, context).
+    `activation_checkpointing` and `rng_tracker` are as for `run_layer_forward`.
     """
 
     def __init__(
-        self, config, submodules: PostLNLayerSubmodules, layer_number: int = 1, pg_collection=None, **_
+        self,
+        config,
+        submodules: PostLNLayerSubmodules,
+        layer_number: int = 1,
+        pg_collection=None,
+        activation_checkpointing: bool = False,
+        rng_tracker=None,
+        **_,
     ):
         super().__init__(config=config)
+        self.activation_checkpointing = activation_checkpointing
+        self.rng_tracker = rng_tracker
         self.layer_number = layer_number
         self.hidden_dropout = config.hidden_dropout
         norm_args = dict(config=config, hidden_size=config.hidden_size, eps=config.layernorm_epsilon)
@@ -77,6 +146,9 @@ class PostLNTransformerLayer(MegatronModule, BaseTransformerLayer):
         self.post_mlp_layernorm = build_module(submodules.post_mlp_layernorm, **norm_args)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask=None, context=None, **_):
+        return run_layer_forward(self, self._forward, hidden_states, attention_mask, context)
+
+    def _forward(self, hidden_states: torch.Tensor, attention_mask, context):
         # hidden_states: [s, b, h]; the attention and MLP return (output, bias) for a fused add.
         bias_dropout_add = self.self_attn_bda(self.training, self.config.bias_dropout_fusion)
         attention_out = self.self_attention(hidden_states, attention_mask=attention_mask)
@@ -87,6 +159,21 @@ class PostLNTransformerLayer(MegatronModule, BaseTransformerLayer):
         mlp_out = self.mlp(hidden_states)
         hidden_states = bias_dropout_add(mlp_out, hidden_states, self.hidden_dropout)
         return self.post_mlp_layernorm(hidden_states), context
+
+
+class PreLNTransformerLayer(TransformerLayer):
+    """megatron's (pre-LN) TransformerLayer, unchanged but for optional activation checkpointing.
+
+    Only the forward is wrapped, so parameter names (and HF weight mapping) stay megatron's.
+    """
+
+    def __init__(self, *args, activation_checkpointing: bool = False, rng_tracker=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.activation_checkpointing = activation_checkpointing
+        self.rng_tracker = rng_tracker
+
+    def forward(self, *args, **kwargs):
+        return run_layer_forward(self, super().forward, *args, **kwargs)
 
 
 def _self_attention_spec(core_attention) -> ModuleSpec:
@@ -118,10 +205,19 @@ def layer_norm_impl():
     return _LOCAL.layer_norm(rms_norm=False, for_qk=False)
 
 
-def post_ln_layer_spec(core_attention=None) -> ModuleSpec:
-    """Original BERT layer; `core_attention` defaults to SDPA without a TP dropout stream."""
+def _checkpoint_params(activation_checkpointing: bool, rng_tracker) -> dict:
+    return {"activation_checkpointing": activation_checkpointing, "rng_tracker": rng_tracker}
+
+
+def post_ln_layer_spec(core_attention=None, activation_checkpointing=False, rng_tracker=None) -> ModuleSpec:
+    """Original BERT layer; `core_attention` defaults to SDPA without a TP dropout stream.
+
+    With `activation_checkpointing`, pass the RNGStatesTracker whose stream `core_attention`
+    forks as `rng_tracker`, so that recomputed attention dropout draws the same masks.
+    """
     return ModuleSpec(
         module=PostLNTransformerLayer,
+        params=_checkpoint_params(activation_checkpointing, rng_tracker),
         submodules=PostLNLayerSubmodules(
             self_attention=_self_attention_spec(core_attention or sdpa_core_attention()),
             self_attn_bda=get_bias_dropout_add,
@@ -133,10 +229,14 @@ def post_ln_layer_spec(core_attention=None) -> ModuleSpec:
     )
 
 
-def pre_ln_layer_spec(core_attention=None) -> ModuleSpec:
-    """Pre-LN layer (megatron's TransformerLayer); the encoder then adds a final LayerNorm."""
+def pre_ln_layer_spec(core_attention=None, activation_checkpointing=False, rng_tracker=None) -> ModuleSpec:
+    """Pre-LN layer (megatron's TransformerLayer); the encoder then adds a final LayerNorm.
+
+    `activation_checkpointing` and `rng_tracker` as for `post_ln_layer_spec`.
+    """
     return ModuleSpec(
-        module=TransformerLayer,
+        module=PreLNTransformerLayer,
+        params=_checkpoint_params(activation_checkpointing, rng_tracker),
         submodules=TransformerLayerSubmodules(
             input_layernorm=layer_norm_impl(),
             self_attention=_self_attention_spec(core_attention or sdpa_core_attention()),
@@ -148,6 +248,10 @@ def pre_ln_layer_spec(core_attention=None) -> ModuleSpec:
     )
 
 
-def layer_spec(layer_norm_position: str, core_attention=None) -> ModuleSpec:
-    """The spec for a ModelConfig.layer_norm_position ("post" or "pre")."""
-    return (post_ln_layer_spec if layer_norm_position == "post" else pre_ln_layer_spec)(core_attention)
+def layer_spec(
+    layer_norm_position: str, core_attention=None, activation_checkpointing=False, rng_tracker=None
+) -> ModuleSpec:
+    """The spec for a ModelConfig.layer_norm_position ("post" or "pre"); other arguments as for
+    `post_ln_layer_spec`."""
+    spec_fn = post_ln_layer_spec if layer_norm_position == "post" else pre_ln_layer_spec
+    return spec_fn(core_attention, activation_checkpointing, rng_tracker)

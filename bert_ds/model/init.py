@@ -1,0 +1,59 @@
+"""Layout-independent weight initialisation: every tensor drawn from a seed keyed by its name.
+
+megatron draws a layer's weights from the process's RNG stream in construction order, so the
+same seed gives different weights once the model is cut into pipeline stages (each stage builds
+different layers). Here each full-size tensor is drawn from its own generator, seeded by
+(seed, full parameter name), and this rank keeps its tensor-parallel slice: TP=1, TP=2 and PP=2
+start from identical weights, which makes their losses comparable step for step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Mapping, Optional
+
+import torch
+
+from bert_ds.config import ModelConfig
+
+
+def _generator(seed: int, name: str) -> torch.Generator:
+    digest = hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF)
+
+
+def _is_norm(name: str) -> bool:
+    lowered = name.lower()
+    return "layernorm" in lowered or "norm." in lowered
+
+
+@torch.no_grad()
+def initialize_weights(
+    model: torch.nn.Module,
+    config: ModelConfig,
+    seed: int,
+    tp_rank: int,
+    tp_size: int,
+    full_names: Optional[Mapping[str, str]] = None,
+) -> None:
+    """BERT's init (weights N(0, std), biases 0, LayerNorm 1/0) keyed by full parameter name.
+
+    `full_names` maps this model's parameter names to BertForPretraining names (pipeline stages
+    name their parameters differently); identity when None.
+    """
+    for name, param in model.named_parameters():
+        full_name = full_names.get(name, name) if full_names is not None else name
+        if _is_norm(full_name):
+            param.fill_(1.0 if full_name.endswith("weight") else 0.0)
+            continue
+        if full_name.endswith("bias"):
+            param.zero_()
+            continue
+        shape = list(param.shape)
+        dim = getattr(param, "partition_dim", None) if getattr(param, "tensor_model_parallel", False) else None
+        if dim is not None:
+            shape[dim] *= tp_size
+        full = torch.empty(shape, dtype=torch.float32).normal_(0.0, config.init_method_std, generator=_generator(seed, full_name))
+        if dim is not None:
+            full = full.chunk(tp_size, dim=dim)[tp_rank]
+        param.copy_(full.to(param.dtype))

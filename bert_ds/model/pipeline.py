@@ -1,0 +1,317 @@
+"""BertForPretraining cut into DeepSpeed PipelineModule stages, built from the modules of bert.py.
+
+Layer list (DeepSpeed runs it like nn.Sequential, one tuple from layer to layer):
+
+    TiedLayerSpec("word_embeddings", BertEmbeddings)        ids -> hidden            (stage 0)
+    BertEncoderLayerPipe x num_layers                       post-LN or pre-LN layer  (split evenly)
+    BertFinalLayerNormPipe                                  pre-LN only              (last stage)
+    TiedLayerSpec("word_embeddings", TiedWordEmbedding)     appends the tied weight  (last stage)
+    BertPretrainingHeadsPipe                                BertLMHead, BertPooler, NSP Linear
+
+Every parameter lives in a module class of bert.py (or megatron's layer spec), so weights move between
+BertForPretraining and the stages by name: `full_to_pipeline_state_dict` / `pipeline_to_full_names`.
+The word embedding exists on the first and on the last stage; DeepSpeed broadcasts it from stage 0 at
+build time and all-reduces its gradient over the two stages after every backward (ReduceTiedGrads).
+
+Megatron's TransformerBlock is not used here: it sizes itself from parallel_state's pipeline rank and
+would cut the model a second time. DeepSpeed does the cut; megatron builds one layer at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import deepspeed
+import deepspeed.comm as ds_comm
+import torch
+from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
+from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+from megatron.core.tensor_parallel import VocabParallelEmbedding
+from megatron.core.transformer.spec_utils import build_module
+
+from bert_ds.config import ConfigError, ModelConfig, transformer_config
+from bert_ds.distributed import backend
+from bert_ds.model.attention import sdpa_core_attention
+from bert_ds.model.init import initialize_weights
+from bert_ds.model.bert import (
+    BertEmbeddings,
+    BertLMHead,
+    BertPooler,
+    _normal_linear,
+    attention_mask_to_masked_out,
+)
+from bert_ds.model.layers import layer_norm_impl, layer_spec
+from bert_ds.model.loss import PretrainingLoss, pretraining_loss
+from bert_ds.model.sharding import shard_full_state_dict
+
+TIED_KEY = "word_embeddings"
+_TIED_ATTR = "word_embeddings.weight"  # the same attribute path in BertEmbeddings and TiedWordEmbedding
+_METRIC_FIELDS = ("loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy")
+
+# Activations between stages: (hidden [s, b, h] float, attention_mask [b, s] int64, loss_mask [b, s] int64).
+# Why: DeepSpeed's pipe engine sends every tensor of the tuple (shape and dtype go first in a metadata
+# message), marks each received *floating* tensor requires_grad and sends back a gradient for every
+# floating input (asserting it has one); non-floating tensors cross without one. So the masks must be
+# integers: a float mask has no gradient and trips that assert. Bool passes gloo, but the engine's
+# bool workaround (`has_bool_tensors`, cast to half) covers only the last tuple entry and is not
+# reachable through deepspeed.initialize; int64 crosses gloo and nccl alike. The [b, s] padding mask
+# is sent rather than the [b, 1, s, s] masked-out matrix (s times smaller); each layer rebuilds the
+# matrix, O(b s^2) boolean work next to attention's O(b s^2 h).
+
+
+class BertEmbeddingsPipe(BertEmbeddings):
+    """Stage 0 entry: (input_ids, token_type_ids, attention_mask, loss_mask) -> activation tuple.
+
+    The tied modules run as layers themselves (no TiedLayerSpec forward_fn): DeepSpeed saves and
+    loads only layers that are modules, so a forward_fn would leave the tied weights out of every
+    checkpoint.
+    """
+
+    def forward(self, inputs: tuple) -> tuple:
+        if len(inputs) == 3:
+            # A one-stage pipeline reuses this module at the tied head position: act as TiedWordEmbedding.
+            return (*inputs, self.word_embeddings.weight)
+        input_ids, token_type_ids, attention_mask, loss_mask = inputs
+        return super().forward(input_ids, token_type_ids), attention_mask, loss_mask  # hidden: [s, b, h]
+
+
+class TiedWordEmbedding(torch.nn.Module):
+    """The last stage's copy of the word embedding (stage 0 holds the whole BertEmbeddings).
+
+    Only the tied matrix is replicated: positions, token types and the LayerNorm stay on stage 0, so
+    the last stage holds no parameter without a gradient. Same attribute name as BertEmbeddings.
+    """
+
+    def __init__(self, config: ModelConfig, tconfig, tp_group=None):
+        super().__init__()
+        self.word_embeddings = VocabParallelEmbedding(
+            config.vocab_size, config.hidden_size, init_method=tconfig.init_method, config=tconfig, tp_group=tp_group
+        )
+
+    def forward(self, inputs: tuple) -> tuple:
+        """Hand the tied [vocab / tp, h] weight itself (not a copy) on to the MLM decoder."""
+        return (*inputs, self.word_embeddings.weight)
+
+
+class BertEncoderLayerPipe(torch.nn.Module):
+    """One layer from the layer spec (post-LN or pre-LN), adapted to the activation tuple."""
+
+    def __init__(self, config: ModelConfig, tconfig, spec, index: int, pg_collection):
+        super().__init__()
+        self.causal = config.causal
+        self.layer = build_module(spec, config=tconfig, layer_number=index + 1, pg_collection=pg_collection)
+        self.full_prefix = {"layer": f"bert.encoder.layers.{index}"}
+
+    def forward(self, inputs: tuple) -> tuple:
+        hidden, attention_mask, loss_mask = inputs  # [s, b, h], [b, s], [b, s]
+        masked_out = attention_mask_to_masked_out(attention_mask, self.causal)  # [b, 1, s, s], True = hidden
+        hidden, _ = self.layer(hidden, attention_mask=masked_out)
+        return hidden.contiguous(), attention_mask, loss_mask  # p2p send needs contiguous memory
+
+
+class BertFinalLayerNormPipe(torch.nn.Module):
+    """The pre-LN encoder's closing LayerNorm (TransformerBlock's `final_layernorm`)."""
+
+    full_prefix = {"final_layernorm": "bert.encoder.final_layernorm"}
+
+    def __init__(self, tconfig):
+        super().__init__()
+        self.final_layernorm = build_module(
+            layer_norm_impl(), config=tconfig, hidden_size=tconfig.hidden_size, eps=tconfig.layernorm_epsilon
+        )
+
+    def forward(self, inputs: tuple) -> tuple:
+        hidden, attention_mask, loss_mask = inputs
+        return self.final_layernorm(hidden), attention_mask, loss_mask
+
+
+class BertPretrainingHeadsPipe(torch.nn.Module):
+    """BertLMHead on the loss_mask positions (+ BertPooler and the NSP Linear), as BertForPretraining.
+
+    Returns (mlm_logits [n_selected, vocab / tp], nsp_logits [b, 2] or None, loss_mask [b, s] bool);
+    this tuple only reaches loss_fn on the same rank, so None and Python values are fine here.
+    """
+
+    full_prefix = {"lm_head": "lm_head", "pooler": "bert.pooler", "nsp_head": "nsp_head"}
+
+    def __init__(self, config: ModelConfig, tconfig, with_nsp: bool, tp_group=None):
+        super().__init__()
+        self.lm_head = BertLMHead(config, tconfig, tp_group)
+        self.pooler = BertPooler(config) if with_nsp else None
+        self.nsp_head = _normal_linear(config.hidden_size, 2, config.init_method_std) if with_nsp else None
+
+    def forward(self, inputs: tuple) -> tuple:
+        hidden, _, loss_mask, word_embeddings = inputs  # [s, b, h], [b, s], [b, s], [vocab / tp, h]
+        loss_mask = loss_mask.bool()
+        selected = hidden.transpose(0, 1)[loss_mask]  # [n_selected, h], batch-major as labels[loss_mask]
+        mlm_logits = self.lm_head(selected, word_embeddings)
+        nsp_logits = self.nsp_head(self.pooler(hidden)) if self.nsp_head is not None else None
+        return mlm_logits, nsp_logits, loss_mask
+
+
+class StageMetrics:
+    """Sums of the PretrainingLoss fields over the micro-batches since the last reset.
+
+    Kept as detached tensors (no host sync per micro-batch); `mean()` converts to floats once.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.count = 0
+        self.sums: dict[str, Optional[torch.Tensor]] = {}
+
+    def add(self, losses: PretrainingLoss) -> None:
+        for name in _METRIC_FIELDS:
+            value = getattr(losses, name)
+            total = self.sums.get(name)
+            self.sums[name] = None if value is None else value.detach().float() + (0.0 if total is None else total)
+        self.count += 1
+
+    def mean(self) -> Optional[dict[str, Optional[float]]]:
+        if self.count == 0:
+            return None
+        return {n: None if t is None else t.item() / self.count for n, t in self.sums.items()}
+
+
+class PretrainingLossFn:
+    """loss_fn(outputs, labels) for the last stage: pretraining_loss, recorded into `metrics`."""
+
+    def __init__(self, metrics: StageMetrics, tp_group=None):
+        self.metrics = metrics
+        self.tp_group = tp_group
+
+    def __call__(self, outputs: tuple, labels: tuple) -> torch.Tensor:
+        mlm_logits, nsp_logits, loss_mask = outputs
+        next_sentence_label = labels[1] if len(labels) > 1 else None
+        losses = pretraining_loss(mlm_logits, labels[0][loss_mask], nsp_logits, next_sentence_label, self.tp_group)
+        self.metrics.add(losses)
+        return losses.loss
+
+
+class BertPipelineModule(PipelineModule):
+    """PipelineModule plus the last stage's metric accumulator.
+
+    `metrics` resets whenever the module switches mode: PipelineEngine.train_batch starts with
+    module.train() and eval_batch with module.eval(), so after either call it holds exactly that
+    call's micro-batches. Read it (last_stage_metrics) before the next train_batch/eval_batch.
+    """
+
+    def __init__(self, *args, metrics: StageMetrics, layout, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.metrics = metrics
+        self.layout = layout
+        self.last_stage = self.stage_id == self.num_stages - 1
+
+    def train(self, mode: bool = True) -> "BertPipelineModule":
+        if hasattr(self, "metrics"):  # not yet set while PipelineModule.__init__ runs
+            self.metrics.reset()
+        return super().train(mode)
+
+
+def build_pipeline_model(
+    config: ModelConfig, layout, with_nsp: bool = True, partition_method: str = "uniform"
+) -> PipelineModule:
+    """This rank's stage of BertForPretraining for `layout` (a distributed.ParallelLayout).
+
+    partition_method "uniform": num_layers / PP transformer layers per stage, embeddings on stage 0,
+    heads on the last stage (checked after DeepSpeed partitions). Any other value is handed to
+    DeepSpeed unchanged ("parameters", "type:regex"). `with_nsp` must match the objective: the labels
+    of pipeline_batch carry next_sentence_label only for mlm_nsp.
+    """
+    if not ds_comm.is_initialized():  # wraps the torch process group init_parallel made
+        deepspeed.init_distributed(dist_backend=backend())
+    # pipeline size 1 for megatron: each stage's layers are standalone modules, and a config with
+    # PP > 1 would make TransformerLayer add the stage's offset to layer numbers a second time.
+    tconfig = transformer_config(config, layout.tensor_parallel, 1)
+    pg, tp_group = layout.pg_collection, layout.pg_collection.tp
+    spec = layer_spec(
+        config.layer_norm_position,
+        sdpa_core_attention(rng_fork=layout.rng_tracker.fork),
+        # Per-layer recomputation, as in the plain model; keep DeepSpeed's activation_checkpoint_interval 0.
+        activation_checkpointing=config.activation_checkpointing,
+        rng_tracker=layout.rng_tracker,
+    )
+    layers: list = [TiedLayerSpec(TIED_KEY, BertEmbeddingsPipe, config, tconfig, tp_group, tied_weight_attr=[_TIED_ATTR])]
+    layers += [LayerSpec(BertEncoderLayerPipe, config, tconfig, spec, i, pg) for i in range(config.num_layers)]
+    if config.layer_norm_position == "pre":
+        layers.append(LayerSpec(BertFinalLayerNormPipe, tconfig))
+    layers.append(TiedLayerSpec(TIED_KEY, TiedWordEmbedding, config, tconfig, tp_group, tied_weight_attr=[_TIED_ATTR]))
+    layers.append(LayerSpec(BertPretrainingHeadsPipe, config, tconfig, with_nsp, tp_group))
+
+    metrics = StageMetrics()
+    uniform = partition_method == "uniform"
+    # no_grad: DeepSpeed broadcasts the tied weight in place while building; recorded by autograd, that
+    # broadcast makes every later backward warn about c10d::broadcast_ having no autograd kernel.
+    with torch.no_grad():
+        model = BertPipelineModule(
+            layers,
+            topology=PipeModelDataParallelTopology(
+                num_pp=layout.pipeline_parallel, num_mp=layout.tensor_parallel, num_dp=layout.data_parallel
+            ),
+            loss_fn=PretrainingLossFn(metrics, tp_group),
+            # Balance only the encoder layers; the zero-weight embedding/heads join the first/last stage.
+            partition_method=f"type:^{BertEncoderLayerPipe.__name__}$" if uniform else partition_method,
+            metrics=metrics,
+            layout=layout,
+        )
+    if uniform:
+        _check_uniform(model, config.num_layers, len(layers))
+    # Weights keyed by full parameter name: the same seed gives the plain model's weights.
+    initialize_weights(model, config, layout.seed, layout.tp_rank, layout.tensor_parallel, pipeline_to_full_names(model))
+    return model
+
+
+def _check_uniform(model: BertPipelineModule, num_layers: int, num_specs: int) -> None:
+    """Refuse a partition that is not num_layers / PP encoder layers per stage (one sentence)."""
+    parts, stages = [int(p) for p in model.parts], model.num_stages
+    per_stage = num_layers // stages
+    expected = [0] + [1 + per_stage * s for s in range(1, stages)] + [num_specs]
+    if parts != expected:
+        raise ConfigError(f"DeepSpeed partitioned the {num_layers} layers as {parts}, not uniformly {expected}.")
+
+
+def pipeline_batch(batch: dict) -> tuple[tuple, tuple]:
+    """Loader batch dict -> (stage-0 inputs, last-stage labels), one item of train_batch's iterator.
+
+    inputs: (input_ids, token_type_ids, attention_mask, loss_mask as int64), all [b, s];
+    labels: (labels [b, s], next_sentence_label [b]) or (labels,) without NSP.
+    """
+    inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"].long(), batch["loss_mask"].long())
+    labels = (batch["labels"],)
+    if batch.get("next_sentence_label") is not None:
+        labels += (batch["next_sentence_label"],)
+    return inputs, labels
+
+
+def pipeline_to_full_names(pipe_model: BertPipelineModule) -> dict[str, str]:
+    """This stage's state-dict names -> BertForPretraining names (TP-independent)."""
+    names = {}
+    for name in pipe_model.state_dict():
+        head, rest = name.split(".", 1)
+        if head == "tied_modules":  # tied_modules.word_embeddings.<attr of BertEmbeddings>
+            names[name] = "bert.embeddings." + rest.split(".", 1)[1]
+            continue
+        child, rest = rest.split(".", 1)
+        names[name] = f"{getattr(pipe_model, head).full_prefix[child]}.{rest}"
+    return names
+
+
+def full_to_pipeline_state_dict(
+    full: dict[str, torch.Tensor], pipe_model: BertPipelineModule
+) -> dict[str, torch.Tensor]:
+    """This rank's pipeline state dict (its stage, its TP slice) from a full-size (TP=1) one."""
+    # Names absent from `full` are left out here and reported by shard_full_state_dict.
+    renamed = {pipe: full[name] for pipe, name in pipeline_to_full_names(pipe_model).items() if name in full}
+    layout = pipe_model.layout
+    return shard_full_state_dict(pipe_model, renamed, layout.tp_rank, layout.tensor_parallel)
+
+
+def last_stage_metrics(pipe_model: BertPipelineModule) -> Optional[dict[str, Optional[float]]]:
+    """Mean PretrainingLoss fields over the last train_batch/eval_batch's micro-batches.
+
+    Floats (nsp_* None without NSP), this rank's micro-batches only (not averaged over DP). None on
+    every stage but the last, and before the first batch.
+    """
+    return pipe_model.metrics.mean() if pipe_model.last_stage else None

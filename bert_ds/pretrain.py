@@ -1,0 +1,251 @@
+"""Pre-train BERT: `deepspeed bert_ds/pretrain.py ...` (also torchrun, or plain python for one process).
+
+main() reads top to bottom: options -> tokenizer -> parallel layout -> DeepSpeed engine -> data ->
+resume -> train -> save. Each phase is a function below; `python bert_ds/pretrain.py --help` lists
+the options.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as a script (the deepspeed launcher's way): import bert_ds as a package, never its
+    # modules as top-level names from this folder.
+    _here = Path(__file__).resolve().parent
+    sys.path = [p for p in sys.path if Path(p or ".").resolve() != _here]
+    sys.path.insert(0, str(_here.parent))
+
+from bert_ds.checkpoint import zero as checkpoints  # noqa: E402
+from bert_ds.config import ConfigError  # noqa: E402
+from bert_ds.data.sources import DataError  # noqa: E402
+from bert_ds.data.tokenizer import TokenizerError  # noqa: E402
+from bert_ds.training.args import RunConfig, parse_args  # noqa: E402
+
+USER_ERRORS = (ConfigError, DataError, TokenizerError, checkpoints.CheckpointError)
+
+
+@dataclasses.dataclass
+class TrainState:
+    """Progress that a checkpoint carries besides the weights and optimizer."""
+
+    step: int = 0
+    consumed_samples: int = 0
+    consumed_tokens: int = 0
+
+
+def setup_tokenizer(run: RunConfig):
+    from bert_ds.training.tokenizer_setup import resolve_tokenizer
+
+    return resolve_tokenizer(run)
+
+
+def setup_parallel(run: RunConfig, tokenizer):
+    """Model config (vocab from the tokenizer, padded) and the process layout."""
+    import deepspeed
+
+    from bert_ds.distributed import backend, init_parallel
+
+    vocab = padded_vocab_size(tokenizer.vocab_size)
+    model_config = run.model_config(vocab)
+    layout = init_parallel(model_config, run.tensor_parallel, run.pipeline_parallel, seed=run.seed)
+    deepspeed.init_distributed(dist_backend=backend())  # adopts the process group just made
+    return model_config, layout
+
+
+def padded_vocab_size(vocab_size: int, multiple: int = 128) -> int:
+    """Pad the embedding to a multiple of 128 (padding rows are never a target): GPU-friendly
+    shapes, divisible by any power-of-two TP up to 128, and the same at every layout, so a
+    checkpoint moves between TP sizes."""
+    return int(math.ceil(vocab_size / multiple) * multiple)
+
+
+def setup_engine(run: RunConfig, model_config, layout):
+    """The model (plain or pipelined), optimizer, LR schedule and DeepSpeed engine."""
+    import deepspeed
+
+    from bert_ds.distributed import DeepSpeedMPU
+    from bert_ds.training.ds_config import build_deepspeed_config, optimizer_offloaded, zero_stage
+    from bert_ds.training.optim import build_optimizer, build_scheduler
+
+    ds_config, notes = build_deepspeed_config(run, layout.data_parallel, layout.device.type)
+    with_nsp = run.objective == "mlm_nsp"
+    if layout.pipeline_parallel > 1:
+        from bert_ds.model.pipeline import build_pipeline_model
+
+        model, mpu = build_pipeline_model(model_config, layout, with_nsp=with_nsp), None
+    else:
+        from bert_ds.model import build_pretraining_model
+
+        model, mpu = build_pretraining_model(model_config, layout, with_nsp=with_nsp), DeepSpeedMPU(layout)
+        if zero_stage(ds_config) == 3:
+            # The MLM decoder reads the word-embedding matrix outside the embedding's own forward.
+            deepspeed.zero.register_external_parameter(model.lm_head, model.bert.embeddings.word_embeddings.weight)
+    optimizer = build_optimizer(run, model, layout.device.type, optimizer_offloaded(ds_config))
+    engine, *_ = deepspeed.initialize(
+        model=model, optimizer=optimizer, lr_scheduler=build_scheduler(run), config=ds_config, mpu=mpu
+    )
+    return engine, model, notes
+
+
+def setup_data(run: RunConfig, tokenizer, layout):
+    from bert_ds.data.loader import PretrainingLoader
+    from bert_ds.data.sources import parse_sources
+
+    return PretrainingLoader(parse_sources(run.data), tokenizer, run.data_config(), layout.dp_rank, layout.data_parallel)
+
+
+def say(layout, text: str) -> None:
+    """A console line from rank 0 only."""
+    if layout.rank == 0:
+        print(text, flush=True)
+
+
+def resume(run: RunConfig, engine, loader, layout) -> TrainState:
+    """Restore everything from the latest complete checkpoint, or start fresh."""
+    from bert_ds.distributed import load_rng_state_dict
+
+    load_dir = run.load or (run.save if run.auto_resume else None)
+    if load_dir is None:
+        return TrainState()
+    if run.auto_resume and checkpoints.latest_complete_tag(load_dir) is None:
+        say(layout, f"no checkpoint in {load_dir} yet: starting from step 0")
+        return TrainState()
+    tag = checkpoints.require_latest(load_dir)
+    client, rank_state = checkpoints.load(engine, load_dir, tag, layout.world_size)
+    saved_seq = client["run"]["seq_length"]
+    loader.load_state_dict(rank_state["loader"], skip_partial_block=saved_seq != run.seq_length)
+    load_rng_state_dict(layout, rank_state["rng"])
+    state = TrainState(**client["state"])
+    note = f" (sequence length {saved_seq} -> {run.seq_length}: the data stream moves on to its next block)" if saved_seq != run.seq_length else ""
+    say(layout, f"resumed from {Path(load_dir) / tag} at step {state.step}{note}")
+    return state
+
+
+def save(run: RunConfig, engine, loader, layout, state: TrainState, logger) -> None:
+    from bert_ds.distributed import rng_state_dict
+
+    client = dict(state=dataclasses.asdict(state), run=dataclasses.asdict(run))
+    rank_state = dict(rng=rng_state_dict(layout), loader=loader.state_dict())
+    tag_dir = checkpoints.save(engine, run.save, state.step, client, rank_state, run.keep_last)
+    logger.message(f"saved checkpoint {tag_dir}")
+
+
+def train(run: RunConfig, engine, model, loader, layout, model_config, state: TrainState, logger) -> TrainState:
+    """The loop: optimizer steps, logging every --log-interval, checkpoints every --save-interval."""
+    from bert_ds.training.metrics import bert_flops_per_sequence
+    from bert_ds.training.steps import StepResult, pipeline_step, plain_step, reduce_step_results
+
+    pipeline = layout.pipeline_parallel > 1
+    accumulation = run.validate_batch(layout.data_parallel)
+    batches = iter(loader)
+    window, window_start, saved_at = StepResult(), time.perf_counter(), state.step
+    last_step = min(run.train_steps, run.stop_at_step or run.train_steps)
+    while state.step < last_step:
+        lr = engine.get_lr()[0]
+        if pipeline:
+            result = pipeline_step(engine, batches, accumulation, layout.device, model)
+        else:
+            result = plain_step(engine, batches, accumulation, layout.device)
+        window.add(result)
+        state.step += 1
+        state.consumed_samples += run.global_batch_size
+        if state.step % run.log_interval == 0 or state.step == last_step:
+            total = reduce_step_results(window, layout, pipeline)
+            elapsed = time.perf_counter() - window_start
+            if total is not None:
+                state.consumed_tokens += int(total.tokens)
+                logger.log(_metrics(state, total, lr, engine, elapsed, model_config, run, bert_flops_per_sequence))
+            window, window_start = StepResult(), time.perf_counter()
+        if run.save and run.save_interval and state.step % run.save_interval == 0:
+            save(run, engine, loader, layout, state, logger)
+            saved_at = state.step
+    if run.save and saved_at != state.step:
+        save(run, engine, loader, layout, state, logger)
+    return state
+
+
+def _metrics(state, total, lr, engine, elapsed, model_config, run, flops_per_sequence) -> dict:
+    micro = max(total.micro_batches, 1.0)
+    samples = max(total.samples, 1.0)
+    flops = flops_per_sequence(
+        model_config.num_layers, model_config.hidden_size, model_config.vocab_size, run.seq_length,
+        total.predicted_tokens / samples, with_nsp=total.has_nsp > 0,
+    )
+    grad_norm = engine.get_global_grad_norm()
+    return dict(
+        step=state.step,
+        consumed_samples=state.consumed_samples,
+        consumed_tokens=state.consumed_tokens,
+        loss=total.loss / micro,
+        mlm_loss=total.mlm_loss / micro,
+        nsp_loss=total.nsp_loss / total.has_nsp if total.has_nsp else None,
+        mlm_accuracy=total.mlm_accuracy / micro,
+        nsp_accuracy=total.nsp_accuracy / total.has_nsp if total.has_nsp else None,
+        lr=lr,
+        grad_norm=float(grad_norm) if grad_norm is not None else None,
+        tokens_per_s=total.tokens / elapsed,
+        samples_per_s=total.samples / elapsed,
+        model_flops_per_s=flops * total.samples / elapsed,
+    )
+
+
+@dataclasses.dataclass
+class PretrainingRun:
+    """What a finished run leaves for in-process callers (the demo, evaluation)."""
+
+    engine: object
+    model: object
+    tokenizer: object
+    layout: object
+    model_config: object
+    state: TrainState
+
+
+def run_pretraining(run: RunConfig) -> PretrainingRun:
+    """Every phase of a run, in order; the process group stays up for the caller."""
+    from bert_ds.training.metrics import MetricsLogger
+
+    tokenizer = setup_tokenizer(run)
+    model_config, layout = setup_parallel(run, tokenizer)
+    engine, model, notes = setup_engine(run, model_config, layout)
+    for note in notes:
+        say(layout, note)
+    say(layout,
+        f"bert_ds: preset {run.preset} | world {layout.world_size} = TP {layout.tensor_parallel} x "
+        f"PP {layout.pipeline_parallel} x DP {layout.data_parallel} | objective {run.objective} | "
+        f"global batch {run.global_batch_size} x {run.seq_length} tokens | {run.train_steps} steps")
+    loader = setup_data(run, tokenizer, layout)
+    state = resume(run, engine, loader, layout)
+    logger = MetricsLogger(
+        total_steps=run.train_steps, metrics_file=run.metrics_file, tensorboard_dir=run.tensorboard_dir,
+        enabled=layout.rank == 0, start_step=state.step,
+    )
+    try:
+        train(run, engine, model, loader, layout, model_config, state, logger)
+    finally:
+        logger.close()
+    return PretrainingRun(engine, model, tokenizer, layout, model_config, state)
+
+
+def main(argv=None) -> int:
+    from bert_ds.distributed import teardown_parallel
+
+    try:
+        run_pretraining(parse_args(argv))
+        teardown_parallel()
+        return 0
+    except USER_ERRORS as error:
+        rank = os.environ.get("RANK", "0")
+        prefix = f"[rank {rank}] " if os.environ.get("WORLD_SIZE", "1") != "1" else ""
+        print(f"{prefix}error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Command-line options of `bert_ds/pretrain.py` -> one validated `RunConfig`.
+
+Defaults depend on the preset: the paper's recipe (DESIGN.md) for base and large; small, fast
+values for tiny/mini/small so a CPU run finishes in minutes. Every user error becomes a
+ConfigError with one sentence naming the option, which the entrypoint prints without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional
+
+from bert_ds.config import PRESETS, ConfigError, DataConfig, ModelConfig, model_preset
+
+# The paper: batch 256 x 512 tokens... as 256 sequences, Adam lr 1e-4, 10k warm-up, 1M steps.
+_PAPER = dict(global_batch_size=256, lr=1e-4, warmup_steps=10_000, train_steps=1_000_000)
+TRAINING_DEFAULTS = {
+    "tiny": dict(global_batch_size=16, micro_batch_size=8, lr=1e-3, warmup_steps=10, train_steps=100),
+    "mini": dict(global_batch_size=32, micro_batch_size=16, lr=5e-4, warmup_steps=50, train_steps=1_000),
+    "small": dict(global_batch_size=64, micro_batch_size=32, lr=3e-4, warmup_steps=500, train_steps=20_000),
+    "base": dict(_PAPER, micro_batch_size=32),
+    "large": dict(_PAPER, micro_batch_size=16),
+}
+
+
+@dataclass
+class RunConfig:
+    """Everything one pre-training run needs; built by `parse_args`."""
+
+    preset: str = "tiny"
+    """Model size: tiny, mini, small, base or large."""
+    tensor_parallel: int = 1
+    """Tensor-parallel size TP (megatron-core layers)."""
+    pipeline_parallel: int = 1
+    """Pipeline-parallel size PP (DeepSpeed PipelineModule)."""
+    deepspeed_config: str = "zero1"
+    """A ds_configs/ name (zero1, zero2, zero3, pipeline, zero2_offload, ...) or a JSON path."""
+    zero_stage: Optional[int] = None
+    """Override of the config's ZeRO stage (0-3)."""
+    data: list[str] = field(default_factory=lambda: ["sample"])
+    """Sources `[NAME=]LOCATION[@WEIGHT]`; "sample" is the built-in corpus."""
+    tokenizer: Optional[str] = None
+    """sentencepiece .model, vocab.txt or a folder; default: one trained on the built-in sample."""
+    seq_length: int = 128
+    micro_batch_size: int = 8
+    global_batch_size: int = 16
+    train_steps: int = 100
+    lr: float = 1e-3
+    warmup_steps: int = 10
+    optimizer: str = "adamw"
+    """adamw (default) or lamb."""
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-6
+    clip_grad: float = 1.0
+    """Gradient-norm clipping threshold (0 turns it off)."""
+    objective: str = "mlm_nsp"
+    dropout: Optional[float] = None
+    """Hidden and attention dropout; None keeps the preset's 0.1."""
+    layer_norm_position: str = "post"
+    activation_checkpointing: bool = False
+    dynamic_masking: bool = True
+    num_workers: int = 0
+    seed: int = 1234
+    save: Optional[str] = None
+    save_interval: int = 0
+    """Steps between checkpoints (0: only at the end)."""
+    keep_last: Optional[int] = None
+    """Keep only the newest N complete checkpoints."""
+    load: Optional[str] = None
+    """Resume from the latest complete checkpoint in this folder (an error if there is none)."""
+    auto_resume: bool = False
+    """Resume from --save's latest complete checkpoint when there is one, else start fresh."""
+    stop_at_step: Optional[int] = None
+    """Leave the loop after this step (saving a checkpoint when --save is set) as if interrupted;
+    the schedule still follows --train-steps. For time-sliced jobs and resume tests."""
+    log_interval: int = 10
+    metrics_file: Optional[str] = None
+    tensorboard_dir: Optional[str] = None
+
+    @property
+    def gradient_accumulation_steps_per_dp(self) -> int:
+        return self.global_batch_size // self.micro_batch_size
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        """The model for this run, with `vocab_size` from the tokenizer (padded for TP)."""
+        overrides = dict(
+            vocab_size=vocab_size,
+            layer_norm_position=self.layer_norm_position,
+            causal=self.objective == "ltr",
+            activation_checkpointing=self.activation_checkpointing,
+        )
+        if self.dropout is not None:
+            overrides.update(hidden_dropout=self.dropout, attention_dropout=self.dropout)
+        return model_preset(self.preset, **overrides)
+
+    def data_config(self) -> DataConfig:
+        return DataConfig(
+            seq_length=self.seq_length,
+            micro_batch_size=self.micro_batch_size,
+            objective=self.objective,
+            dynamic_masking=self.dynamic_masking,
+            num_workers=self.num_workers,
+            seed=self.seed,
+        )
+
+    def validate_batch(self, data_parallel: int) -> int:
+        """Gradient-accumulation steps: global batch = micro batch x DP x accumulation."""
+        per_step = self.micro_batch_size * data_parallel
+        if self.global_batch_size % per_step:
+            raise ConfigError(
+                f"Invalid configuration: global batch size {self.global_batch_size} is not divisible by "
+                f"micro batch size x data parallel = {self.micro_batch_size} x {data_parallel} = {per_step}."
+            )
+        return self.global_batch_size // per_step
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bert_ds/pretrain.py",
+        description="Pre-train BERT (masked LM + next sentence prediction) with DeepSpeed and megatron-core.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--preset", default="tiny", choices=sorted(PRESETS), help="model size")
+    add("--tensor-parallel", type=int, default=1, help="tensor-parallel size")
+    add("--pipeline-parallel", type=int, default=1, help="pipeline-parallel size")
+    add("--deepspeed-config", default=None, help="ds_configs/ name or JSON path (default zero1; pipeline for PP>1)")
+    add("--zero-stage", type=int, choices=[0, 1, 2, 3], default=None, help="override the config's ZeRO stage")
+    add("--data", nargs="+", default=["sample"], help="sources [NAME=]LOCATION[@WEIGHT]")
+    add("--tokenizer", default=None, help="sentencepiece .model, vocab.txt or folder")
+    add("--seq-length", type=int, default=128)
+    add("--micro-batch-size", type=int, default=None, help="per rank (default: by preset)")
+    add("--global-batch-size", type=int, default=None, help="sequences per optimizer step (default: by preset)")
+    add("--train-steps", type=int, default=None, help="optimizer steps (default: by preset)")
+    add("--lr", type=float, default=None, help="peak learning rate (default: by preset)")
+    add("--warmup-steps", type=int, default=None, help="linear warm-up steps (default: by preset)")
+    add("--optimizer", default="adamw", choices=["adamw", "lamb"])
+    add("--weight-decay", type=float, default=0.01)
+    add("--clip-grad", type=float, default=1.0, help="gradient-norm clipping (0: off)")
+    add("--objective", default="mlm_nsp", choices=["mlm_nsp", "mlm", "ltr"])
+    add("--dropout", type=float, default=None, help="hidden and attention dropout (default 0.1; 0 turns it off)")
+    add("--layer-norm-position", default="post", choices=["post", "pre"])
+    add("--activation-checkpointing", action="store_true", help="recompute activations in backward")
+    add("--static-masking", action="store_true", help="one fixed mask per example (default: dynamic)")
+    add("--num-workers", type=int, default=0, help="DataLoader workers per rank")
+    add("--seed", type=int, default=1234)
+    add("--save", default=None, help="checkpoint folder")
+    add("--save-interval", type=int, default=0, help="steps between checkpoints (0: only at the end)")
+    add("--keep-last", type=int, default=None, help="keep only the newest N checkpoints")
+    add("--load", default=None, help="resume from the latest complete checkpoint in this folder")
+    add("--auto-resume", action="store_true", help="resume from --save when it holds a checkpoint")
+    add("--stop-at-step", type=int, default=None, help="stop after this step (checkpointing if --save), as if interrupted")
+    add("--log-interval", type=int, default=10)
+    add("--metrics-file", default=None, help="JSON Lines file, one object per logged step")
+    add("--tensorboard-dir", default=None)
+    # The deepspeed launcher appends --local_rank=N; LOCAL_RANK in the environment says the same.
+    add("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def parse_args(argv: Optional[list[str]] = None) -> RunConfig:
+    """Parse and validate; preset-dependent defaults fill what was not given."""
+    args = _parser().parse_args(argv)
+    defaults = TRAINING_DEFAULTS[args.preset]
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig) if hasattr(args, f.name)}
+    for name, default in defaults.items():
+        if values.get(name) is None:
+            values[name] = default
+    values["dynamic_masking"] = not args.static_masking
+    if values["deepspeed_config"] is None:
+        values["deepspeed_config"] = "pipeline" if args.pipeline_parallel > 1 else "zero1"
+    run = RunConfig(**values)
+    _check(run)
+    return run
+
+
+def _check(run: RunConfig) -> None:
+    problems = []
+    for name in ("train_steps", "micro_batch_size", "global_batch_size", "log_interval"):
+        if getattr(run, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(run, name)}")
+    for name in ("warmup_steps", "save_interval", "num_workers"):
+        if getattr(run, name) < 0:
+            problems.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(run, name)}")
+    if run.lr <= 0:
+        problems.append(f"--lr must be positive, got {run.lr}")
+    if run.dropout is not None and not 0.0 <= run.dropout < 1.0:
+        problems.append(f"--dropout must be in [0, 1), got {run.dropout}")
+    if run.keep_last is not None and run.keep_last < 1:
+        problems.append(f"--keep-last must be at least 1, got {run.keep_last}")
+    if run.auto_resume and not run.save:
+        problems.append("--auto-resume needs --save (the folder to resume from)")
+    if run.load and run.auto_resume:
+        problems.append("--load and --auto-resume exclude each other")
+    if run.pipeline_parallel > 1 and run.zero_stage is not None and run.zero_stage > 1:
+        problems.append(f"--zero-stage {run.zero_stage} cannot be combined with pipeline parallelism (use 0 or 1)")
+    if problems:
+        raise ConfigError("Invalid options: " + "; ".join(problems) + ".")

@@ -1,0 +1,99 @@
+"""The DeepSpeed JSON config of a run: a ds_configs/ file plus the run's sizes.
+
+Users pick a ready config by name (`zero1`, `zero2`, `zero3`, `pipeline`, `zero2_offload`,
+`zero2_fp16`) or pass their own JSON. bert_ds fills in what it owns: batch sizes (global = micro x
+DP x accumulation), gradient clipping and an optional ZeRO-stage override. The optimizer and LR
+schedule come from bert_ds options (the paper's recipe), so a JSON `optimizer`/`scheduler` section
+is refused rather than silently ignored. On CPU, bf16/fp16 are switched off (fp32 only there).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bert_ds.config import ConfigError
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "ds_configs"
+
+
+def available_configs() -> list[str]:
+    return sorted(path.stem for path in CONFIG_DIR.glob("*.json"))
+
+
+def resolve_config_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    named = CONFIG_DIR / f"{name_or_path}.json"
+    if named.is_file():
+        return named
+    raise ConfigError(
+        f"DeepSpeed config {name_or_path!r} is neither a file nor one of ds_configs/: "
+        f"{', '.join(available_configs())}."
+    )
+
+
+def load_json(path: Path) -> dict:
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"DeepSpeed config {path}: invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}.") from None
+    except OSError as error:
+        raise ConfigError(f"DeepSpeed config {path} cannot be read: {error.strerror}.") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"DeepSpeed config {path} must hold a JSON object.")
+    return config
+
+
+def build_deepspeed_config(run, data_parallel: int, device_type: str) -> tuple[dict, list[str]]:
+    """The config dict for deepspeed.initialize and notes worth telling the user."""
+    path = resolve_config_path(run.deepspeed_config)
+    config = load_json(path)
+    notes = []
+    for section in ("optimizer", "scheduler"):
+        if section in config:
+            raise ConfigError(
+                f"DeepSpeed config {path}: remove the '{section}' section; bert_ds sets the optimizer and "
+                "learning-rate schedule from --optimizer, --lr, --warmup-steps and --train-steps."
+            )
+    zero = config.setdefault("zero_optimization", {})
+    if not isinstance(zero, dict):
+        raise ConfigError(f"DeepSpeed config {path}: 'zero_optimization' must be an object.")
+    if run.zero_stage is not None:
+        zero["stage"] = run.zero_stage
+    stage = zero.get("stage", 0)
+    if stage not in (0, 1, 2, 3):
+        raise ConfigError(f"DeepSpeed config {path}: zero_optimization.stage must be 0-3, got {stage!r}.")
+    if run.pipeline_parallel > 1 and stage > 1:
+        raise ConfigError(
+            f"ZeRO stage {stage} cannot be combined with pipeline parallelism {run.pipeline_parallel} "
+            "(DeepSpeed supports stage 0 or 1 with pipelines); use --zero-stage 1."
+        )
+    if run.pipeline_parallel > 1 and stage == 0 and run.clip_grad > 0:
+        raise ConfigError(
+            "Pipeline parallelism with gradient clipping needs ZeRO stage 1: without it DeepSpeed 0.19.8 "
+            "computes the clipping norm over the wrong parameters; use --zero-stage 1 or --clip-grad 0."
+        )
+    # Our optimizers (torch AdamW, LAMB) are tested with ZeRO here; DeepSpeed asks for this opt-in.
+    config["zero_allow_untested_optimizer"] = True
+    config["train_micro_batch_size_per_gpu"] = run.micro_batch_size
+    config["gradient_accumulation_steps"] = run.validate_batch(data_parallel)
+    config["train_batch_size"] = run.global_batch_size
+    config["gradient_clipping"] = run.clip_grad
+    if device_type == "cpu":
+        for precision in ("bf16", "fp16"):
+            if config.get(precision, {}).get("enabled"):
+                config[precision]["enabled"] = False
+                notes.append(f"{path.name}: {precision} is for GPUs; training in fp32 on CPU")
+    config.setdefault("steps_per_print", 10**9)  # bert_ds logs progress itself
+    return config, notes
+
+
+def optimizer_offloaded(config: dict) -> bool:
+    offload = config.get("zero_optimization", {}).get("offload_optimizer") or {}
+    return offload.get("device", "none") != "none"
+
+
+def zero_stage(config: dict) -> int:
+    return config.get("zero_optimization", {}).get("stage", 0)

@@ -1,0 +1,90 @@
+"""Optimizer and learning-rate schedule of pre-training (the paper: Adam, lr 1e-4, beta 0.9/0.999,
+weight decay 0.01, linear warm-up then linear decay), plus LAMB for large batches."""
+
+from __future__ import annotations
+
+import torch
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices only: BERT exempts biases and LayerNorm parameters from weight decay."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        exempt = name.endswith("bias") or "layernorm" in name.lower() or "norm." in name.lower()
+        (no_decay if exempt else decay).append(param)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+class Lamb(torch.optim.Optimizer):
+    """LAMB (You et al. 2019): Adam moments, update rescaled per tensor by ||w|| / ||update||.
+
+    Used on CPU (and wherever DeepSpeed's fused CUDA LAMB is unavailable). Weight decay is added
+    to the update before the trust ratio, as in the paper; no bias correction (paper's variant).
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(param)
+                    state["exp_avg_sq"] = torch.zeros_like(param)
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                exp_avg.mul_(beta1).add_(param.grad, alpha=1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(param.grad, param.grad, value=1 - beta2)
+                update = exp_avg / (exp_avg_sq.sqrt() + group["eps"])
+                if group["weight_decay"]:
+                    update.add_(param, alpha=group["weight_decay"])
+                weight_norm, update_norm = param.norm(), update.norm()
+                trust = (weight_norm / update_norm) if weight_norm > 0 and update_norm > 0 else 1.0
+                param.add_(update, alpha=-group["lr"] * float(trust))
+        return loss
+
+
+def build_optimizer(run, model: torch.nn.Module, device_type: str, offloaded: bool) -> torch.optim.Optimizer:
+    """AdamW or LAMB over `model`'s parameters with BERT's weight-decay groups."""
+    groups = parameter_groups(model, run.weight_decay)
+    betas = (run.adam_beta1, run.adam_beta2)
+    if run.optimizer == "lamb":
+        if device_type == "cuda":
+            from deepspeed.ops.lamb import FusedLamb
+
+            return FusedLamb(groups, lr=run.lr, betas=betas, eps=run.adam_eps)
+        return Lamb(groups, lr=run.lr, betas=betas, eps=run.adam_eps)
+    if offloaded:
+        # ZeRO-Offload steps the optimizer on the CPU; DeepSpeed's CPU Adam is its fast path.
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        return DeepSpeedCPUAdam(groups, lr=run.lr, betas=betas, eps=run.adam_eps, adamw_mode=True)
+    return torch.optim.AdamW(groups, lr=run.lr, betas=betas, eps=run.adam_eps, fused=device_type == "cuda")
+
+
+def warmup_linear_decay(warmup_steps: int, total_steps: int):
+    """LR multiplier: 0 -> 1 linearly over warm-up, then linearly to 0 at `total_steps`."""
+
+    def multiplier(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return multiplier
+
+
+def build_scheduler(run):
+    """A DeepSpeed scheduler callable: DeepSpeed passes the (possibly ZeRO-wrapped) optimizer."""
+    multiplier = warmup_linear_decay(run.warmup_steps, run.train_steps)
+    return lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
+

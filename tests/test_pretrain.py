@@ -1,0 +1,143 @@
+"""`bert_ds/pretrain.py` end to end: real jobs (1 or 2 processes, gloo), tiny preset, sample corpus."""
+
+import statistics
+
+import pytest
+
+from tests.helpers import read_metrics, run_pretrain
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One sample tokenizer for every job in this module (trained by the first one)."""
+    return str(tmp_path_factory.mktemp("bert_ds_cache"))
+
+
+def _train(tmp_path, cache, extra, nproc=1, steps=30, name="run"):
+    metrics = tmp_path / f"{name}.jsonl"
+    result = run_pretrain(
+        ["--preset", "tiny", "--train-steps", str(steps), "--log-interval", "1", "--metrics-file", str(metrics), *extra],
+        nproc=nproc, cache_dir=cache,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return read_metrics(metrics), result
+
+
+def _falls(losses, points=0.3):
+    return statistics.mean(losses[-5:]) < statistics.mean(losses[:5]) - points
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--zero-stage", "1"],
+        ["--zero-stage", "2"],
+        ["--zero-stage", "3"],
+        ["--tensor-parallel", "2"],
+        ["--pipeline-parallel", "2"],
+    ],
+    ids=["dp2-zero1", "dp2-zero2", "dp2-zero3", "tp2", "pp2"],
+)
+def test_two_rank_layouts_train(tmp_path, cache, extra):
+    metrics, _ = _train(tmp_path, cache, extra, nproc=2)
+    assert [m["step"] for m in metrics] == list(range(1, 31))
+    losses = [m["loss"] for m in metrics]
+    assert _falls(losses), losses
+    assert metrics[-1]["consumed_samples"] == 30 * 16
+    assert all(m["tokens_per_s"] > 0 and m["model_flops_per_s"] > 0 for m in metrics)
+
+
+def test_tp2_and_pp2_match_one_process(tmp_path, cache):
+    common = ["--dropout", "0", "--global-batch-size", "8", "--micro-batch-size", "4"]
+    single, _ = _train(tmp_path, cache, common, steps=4, name="single")
+    for extra in (["--tensor-parallel", "2"], ["--pipeline-parallel", "2"]):
+        split, _ = _train(tmp_path, cache, common + extra, nproc=2, steps=4, name=extra[0][2:])
+        for one, two in zip(single, split):
+            assert one["loss"] == pytest.approx(two["loss"], abs=2e-5), (extra, one["step"])
+            assert one["mlm_accuracy"] == pytest.approx(two["mlm_accuracy"], abs=1e-6)
+
+
+@pytest.mark.parametrize("extra", [["--zero-stage", "2"], ["--pipeline-parallel", "2"]], ids=["dp2-zero2", "pp2"])
+def test_resume_is_exact(tmp_path, cache, extra):
+    straight, _ = _train(tmp_path, cache, extra, nproc=2, steps=8, name="straight")
+    save = str(tmp_path / "ckpt")
+    first, _ = _train(tmp_path, cache, extra + ["--save", save, "--stop-at-step", "4"], nproc=2, steps=8, name="first")
+    assert [m["step"] for m in first] == [1, 2, 3, 4]
+    second, result = _train(tmp_path, cache, extra + ["--load", save], nproc=2, steps=8, name="second")
+    assert "resumed from" in result.stdout and "step 4" in result.stdout
+    assert [m["step"] for m in second] == [5, 6, 7, 8]
+    for resumed, uninterrupted in zip(second, straight[4:]):
+        assert resumed["loss"] == uninterrupted["loss"], resumed["step"]  # bitwise
+        assert resumed["consumed_tokens"] == uninterrupted["consumed_tokens"]
+
+
+@pytest.mark.parametrize("objective", ["mlm", "ltr"])
+def test_other_objectives_train(tmp_path, cache, objective):
+    metrics, _ = _train(tmp_path, cache, ["--objective", objective, "--lr", "2e-3"], steps=25)
+    assert _falls([m["loss"] for m in metrics])
+    assert all(m["nsp_loss"] is None and m["nsp_accuracy"] is None for m in metrics)
+
+
+def test_auto_resume_starts_fresh_then_continues(tmp_path, cache):
+    save = str(tmp_path / "auto")
+    _, first = _train(tmp_path, cache, ["--save", save, "--auto-resume", "--stop-at-step", "2"], steps=4, name="a1")
+    assert "starting from step 0" in first.stdout
+    metrics, second = _train(tmp_path, cache, ["--save", save, "--auto-resume", "--keep-last", "1"], steps=4, name="a2")
+    assert [m["step"] for m in metrics] == [3, 4]
+    assert sorted(p.name for p in (tmp_path / "auto").iterdir() if p.is_dir()) == ["step00000004"]
+    assert (tmp_path / "auto" / "latest").read_text() == "step00000004"
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--tensor-parallel", "3"], "4 attention heads are not divisible by tensor parallel size 3"),
+        (["--global-batch-size", "12"], "global batch size 12 is not divisible by micro batch size x data parallel = 8 x 1 = 8"),
+        (["--data", "missing/books.txt"], "--tokenizer is required"),
+        (["--load", "{tmp}/empty"], "no complete checkpoint in this folder (it is empty)"),
+        (["--load", "{tmp}/partial"], "no complete checkpoint in this folder (incomplete: step00000004)"),
+        (["--load", "{tmp}/nowhere"], "no such folder"),
+        (["--deepspeed-config", "zero9"], "neither a file nor one of ds_configs/"),
+        (["--lr", "-1"], "--lr must be positive"),
+    ],
+)
+def test_misconfiguration_is_one_clear_sentence(tmp_path, cache, extra, message):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "partial" / "step00000004").mkdir(parents=True)
+    args = ["--preset", "tiny", "--train-steps", "2", *[a.format(tmp=tmp_path) for a in extra]]
+    result = run_pretrain(args, cache_dir=cache)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_missing_data_file_is_named(tmp_path, cache):
+    from bert_ds.training.tokenizer_setup import SAMPLE_VOCAB_SIZE
+
+    tokenizer = f"{cache}/sample-sentencepiece-{SAMPLE_VOCAB_SIZE}/tokenizer.model"
+    _train(tmp_path, cache, [], steps=1, name="warm")  # makes sure the cached tokenizer exists
+    result = run_pretrain(
+        ["--preset", "tiny", "--train-steps", "2", "--tokenizer", tokenizer, "--data", "books=missing/books.txt"],
+        cache_dir=cache,
+    )
+    assert result.returncode == 2
+    assert "error: Data source 'books': file not found: missing/books.txt" in result.stderr
+
+
+def test_unknown_preset_is_refused():
+    result = run_pretrain(["--preset", "huge"])
+    assert result.returncode == 2 and "invalid choice: 'huge'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--deepspeed-config", "zero2_offload"], ["--deepspeed-config", "zero2_fp16"], ["--optimizer", "lamb", "--lr", "2e-2"]],
+    ids=["zero2_offload", "zero2_fp16-on-cpu", "lamb"],
+)
+def test_ready_configs_and_lamb_train(tmp_path, cache, extra):
+    metrics, result = _train(tmp_path, cache, ["--lr", "2e-3", *extra], nproc=2, steps=12)
+    losses = [m["loss"] for m in metrics]
+    assert statistics.mean(losses[-3:]) < statistics.mean(losses[:3]) - 0.1, losses
+    if "zero2_fp16" in extra:
+        assert "fp16 is for GPUs; training in fp32 on CPU" in result.stdout
