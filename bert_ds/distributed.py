@@ -123,6 +123,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _mpi_world_size() -> int:
+    """Processes in this job according to an MPI launcher (OpenMPI or MPICH/PMI), else 1."""
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return 1
+
+
 def _init_process_group(timeout_s: float) -> None:
     """Join the job's process group; a plain `python script.py` becomes a world of one."""
     if dist.is_initialized():
@@ -130,6 +138,12 @@ def _init_process_group(timeout_s: float) -> None:
     if device().type == "cuda":
         torch.cuda.set_device(device())
     timeout = datetime.timedelta(seconds=timeout_s)
+    if ("RANK" not in os.environ or "WORLD_SIZE" not in os.environ) and _mpi_world_size() > 1:
+        # Started by mpirun: DeepSpeed reads rank, size and the master address through mpi4py.
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend=backend(), auto_mpi_discovery=True, timeout=timeout)
+        return
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         # No launcher: a private store on a free port. The environment is left untouched so that
         # child processes (launched jobs, tests) do not inherit a port that is already taken.

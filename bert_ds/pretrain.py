@@ -155,14 +155,15 @@ def train(run: RunConfig, engine, model, loader, layout, model_config, state: Tr
         window.add(result)
         state.step += 1
         state.consumed_samples += run.global_batch_size
-        if state.step % run.log_interval == 0 or state.step == last_step:
+        save_due = bool(run.save and run.save_interval and state.step % run.save_interval == 0)
+        # A checkpoint also closes the logging window, so its token count includes every step.
+        if state.step % run.log_interval == 0 or state.step == last_step or save_due:
             total = reduce_step_results(window, layout, pipeline)
             elapsed = time.perf_counter() - window_start
-            if total is not None:
-                state.consumed_tokens += int(total.tokens)
-                logger.log(_metrics(state, total, lr, engine, elapsed, model_config, run, bert_flops_per_sequence))
+            state.consumed_tokens += int(total.tokens)
+            logger.log(_metrics(state, total, lr, engine, elapsed, model_config, run, bert_flops_per_sequence))
             window, window_start = StepResult(), time.perf_counter()
-        if run.save and run.save_interval and state.step % run.save_interval == 0:
+        if save_due:
             save(run, engine, loader, layout, state, logger)
             saved_at = state.step
     if run.save and saved_at != state.step:

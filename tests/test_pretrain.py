@@ -30,13 +30,14 @@ def _falls(losses, points=0.3):
 @pytest.mark.parametrize(
     "extra",
     [
+        ["--zero-stage", "0"],
         ["--zero-stage", "1"],
         ["--zero-stage", "2"],
         ["--zero-stage", "3"],
-        ["--tensor-parallel", "2"],
+        ["--tensor-parallel", "2", "--activation-checkpointing"],
         ["--pipeline-parallel", "2"],
     ],
-    ids=["dp2-zero1", "dp2-zero2", "dp2-zero3", "tp2", "pp2"],
+    ids=["dp2-zero0", "dp2-zero1", "dp2-zero2", "dp2-zero3", "tp2-recompute", "pp2"],
 )
 def test_two_rank_layouts_train(tmp_path, cache, extra):
     metrics, _ = _train(tmp_path, cache, extra, nproc=2)
@@ -141,3 +142,21 @@ def test_ready_configs_and_lamb_train(tmp_path, cache, extra):
     assert statistics.mean(losses[-3:]) < statistics.mean(losses[:3]) - 0.1, losses
     if "zero2_fp16" in extra:
         assert "fp16 is for GPUs; training in fp32 on CPU" in result.stdout
+
+
+def test_schedule_logging_and_phase_two(tmp_path, cache):
+    """Warm-up then linear decay as logged; TensorBoard events; resuming at 512 tokens (phase 2)."""
+    save, board = str(tmp_path / "ckpt"), tmp_path / "tb"
+    metrics, _ = _train(
+        tmp_path, cache,
+        ["--lr", "1e-3", "--warmup-steps", "4", "--save", save, "--stop-at-step", "6", "--tensorboard-dir", str(board)],
+        steps=10, name="phase1",
+    )
+    expected = [1e-3 * (k + 1) / 4 if k < 4 else 1e-3 * (10 - k) / 6 for k in range(6)]
+    assert [m["lr"] for m in metrics] == pytest.approx(expected)
+    assert list(board.glob("events.out.tfevents.*"))
+    phase2, result = _train(tmp_path, cache, ["--lr", "1e-3", "--warmup-steps", "4", "--load", save, "--seq-length", "512"], steps=8, name="phase2")
+    assert "sequence length 128 -> 512" in result.stdout
+    assert [m["step"] for m in phase2] == [7, 8]
+    tokens_per_sample = [(b["consumed_tokens"] - a["consumed_tokens"]) / 16 for a, b in zip([metrics[-1]] + phase2, phase2)]
+    assert min(tokens_per_sample) > 128  # longer sequences after the switch

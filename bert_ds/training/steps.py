@@ -8,7 +8,7 @@ last stage, which holds the losses, sends them to the logging rank).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Iterator, Optional
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -105,8 +105,8 @@ def pipeline_step(engine, batches: Iterator[dict], accumulation: int, device: to
     return counted
 
 
-def reduce_step_results(result: StepResult, layout, pipeline: bool) -> Optional[StepResult]:
-    """Collective: sums over data-parallel ranks, delivered to global rank 0 (None elsewhere).
+def reduce_step_results(result: StepResult, layout, pipeline: bool) -> StepResult:
+    """Collective: sums over data-parallel ranks, on every rank (so every rank's counters agree).
 
     Without pipelines every rank holds losses, and TP ranks hold equal ones, so the DP sum suffices.
     With pipelines only the last stage holds them: it broadcasts the DP sums over its pipeline group.
@@ -116,4 +116,4 @@ def reduce_step_results(result: StepResult, layout, pipeline: bool) -> Optional[
     if pipeline and layout.pipeline_parallel > 1:
         last_stage = dist.get_global_rank(layout.pp_group, layout.pipeline_parallel - 1)
         dist.broadcast(values, src=last_stage, group=layout.pp_group)
-    return StepResult.from_tensor(values.cpu()) if layout.rank == 0 else None
+    return StepResult.from_tensor(values.cpu())

@@ -1,0 +1,45 @@
+"""The same tiny job under the deepspeed launcher, mpirun and torchrun: same losses."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO, free_port, read_metrics, run_pretrain
+
+BIN = os.path.dirname(sys.executable)
+ARGS = ["--preset", "tiny", "--train-steps", "4", "--log-interval", "1"]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("launcher_cache"))
+
+
+def _env(cache):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env.update(BERT_DS_CACHE=cache, OMP_NUM_THREADS="1", PATH=f"{BIN}:{env.get('PATH', '')}")
+    return env
+
+
+def _launch(command, cache):
+    result = subprocess.run(command, capture_output=True, text=True, timeout=400, env=_env(cache), cwd=REPO)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+
+
+def test_deepspeed_mpirun_and_torchrun_agree(tmp_path, cache):
+    reference = tmp_path / "torchrun.jsonl"
+    result = run_pretrain([*ARGS, "--metrics-file", str(reference)], nproc=2, cache_dir=cache)
+    assert result.returncode == 0, result.stderr[-3000:]
+    script = os.path.join("bert_ds", "pretrain.py")
+    launched = {
+        "deepspeed": [f"{BIN}/deepspeed", "--num_gpus", "2", "--master_port", str(free_port()), script],
+        "mpirun": [f"{BIN}/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+                   "-x", "BERT_DS_CACHE", "-x", "OMP_NUM_THREADS", "-x", "PATH", sys.executable, script],
+    }
+    expected = [m["loss"] for m in read_metrics(reference)]
+    for name, command in launched.items():
+        metrics = tmp_path / f"{name}.jsonl"
+        _launch([*command, *ARGS, "--metrics-file", str(metrics)], cache)
+        assert [m["loss"] for m in read_metrics(metrics)] == pytest.approx(expected, abs=1e-6), name
