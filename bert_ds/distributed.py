@@ -31,6 +31,11 @@ def device() -> torch.device:
     return torch.device("cpu")
 
 
+def is_gpu(device_type: str) -> bool:
+    """Whether a device type (e.g. `device().type`) gets GPU-only kernels (fused optimizers)."""
+    return device_type == "cuda"
+
+
 def backend() -> str:
     """The collective backend matching `device()`: nccl on GPUs, gloo on CPUs."""
     return "nccl" if device().type == "cuda" else "gloo"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from bert_ds.distributed import is_gpu
+
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """Decay matrices only: BERT exempts biases and LayerNorm parameters from weight decay."""
@@ -59,7 +61,7 @@ def build_optimizer(run, model: torch.nn.Module, device_type: str, offloaded: bo
     groups = parameter_groups(model, run.weight_decay)
     betas = (run.adam_beta1, run.adam_beta2)
     if run.optimizer == "lamb":
-        if device_type == "cuda":
+        if is_gpu(device_type):
             from deepspeed.ops.lamb import FusedLamb
 
             return FusedLamb(groups, lr=run.lr, betas=betas, eps=run.adam_eps)
@@ -69,7 +71,7 @@ def build_optimizer(run, model: torch.nn.Module, device_type: str, offloaded: bo
         from deepspeed.ops.adam import DeepSpeedCPUAdam
 
         return DeepSpeedCPUAdam(groups, lr=run.lr, betas=betas, eps=run.adam_eps, adamw_mode=True)
-    return torch.optim.AdamW(groups, lr=run.lr, betas=betas, eps=run.adam_eps, fused=device_type == "cuda")
+    return torch.optim.AdamW(groups, lr=run.lr, betas=betas, eps=run.adam_eps, fused=is_gpu(device_type))
 
 
 def warmup_linear_decay(warmup_steps: int, total_steps: int):
