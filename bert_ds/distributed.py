@@ -128,30 +128,27 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _mpi_world_size() -> int:
-    """Processes in this job according to an MPI launcher (OpenMPI or MPICH/PMI), else 1."""
-    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"):
-        if name in os.environ:
-            return int(os.environ[name])
-    return 1
-
-
 def _init_process_group(timeout_s: float) -> None:
-    """Join the job's process group; a plain `python script.py` becomes a world of one."""
+    """Join the job's process group, whichever launcher started us (bert_ds.launcher); a plain
+    `python script.py` becomes a world of one."""
+    from bert_ds.launcher import discover
+
     if dist.is_initialized():
         return
-    if device().type == "cuda":
-        torch.cuda.set_device(device())
+    launch = discover(os.environ)
     timeout = datetime.timedelta(seconds=timeout_s)
-    if ("RANK" not in os.environ or "WORLD_SIZE" not in os.environ) and _mpi_world_size() > 1:
-        # Started by mpirun: DeepSpeed reads rank, size and the master address through mpi4py.
+    if launch.launcher == "mpi":
+        # DeepSpeed reads rank, size and the master address through mpi4py.
         import deepspeed
 
+        os.environ.setdefault("LOCAL_RANK", str(launch.local_rank))
+        if device().type == "cuda":
+            torch.cuda.set_device(device())
         deepspeed.init_distributed(dist_backend=backend(), auto_mpi_discovery=True, timeout=timeout)
         return
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        # No launcher: a private store on a free port. The environment is left untouched so that
-        # child processes (launched jobs, tests) do not inherit a port that is already taken.
+    if launch.launcher == "none":
+        # A private store on a free port. The environment is left untouched so that child
+        # processes (launched jobs, tests) do not inherit a port that is already taken.
         dist.init_process_group(
             backend=backend(), init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
             timeout=timeout,
@@ -160,6 +157,9 @@ def _init_process_group(timeout_s: float) -> None:
         # child process into joining this private store.
         os.environ.setdefault("LOCAL_RANK", "0")
         return
+    os.environ.update(launch.environment())  # srun's SLURM_* become torch's env:// variables
+    if device().type == "cuda":
+        torch.cuda.set_device(device())
     dist.init_process_group(backend=backend(), timeout=timeout)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -37,6 +38,34 @@ class TrainState:
     step: int = 0
     consumed_samples: int = 0
     consumed_tokens: int = 0
+    stopped_by: int = dataclasses.field(default=0, compare=False, repr=False)
+    """The signal that ended the run early (not saved: a resumed run starts afresh)."""
+
+
+# Exit codes of a run stopped by a signal after its checkpoint: Slurm's time-limit warning
+# (SIGUSR1, the batch script requeues the job) and SIGTERM (scancel, preemption).
+EXIT_CODE_FOR_SIGNAL = {signal.SIGUSR1: 99, signal.SIGTERM: 143}
+
+
+class StopRequest:
+    """Remembers SIGUSR1/SIGTERM; ranks agree on it at a step boundary (see `agreed`)."""
+
+    def __init__(self):
+        self.signal = 0
+        for number in EXIT_CODE_FOR_SIGNAL:
+            signal.signal(number, self._record)
+
+    def _record(self, number, _frame):
+        self.signal = self.signal or number
+
+    def agreed(self, layout) -> int:
+        """Collective: the signal any rank received (ranks get it at different moments)."""
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([int(self.signal)], device=layout.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item())
 
 
 def setup_tokenizer(run: RunConfig):
@@ -130,7 +159,8 @@ def resume(run: RunConfig, engine, loader, layout) -> TrainState:
 def save(run: RunConfig, engine, loader, layout, state: TrainState, logger) -> None:
     from bert_ds.distributed import rng_state_dict
 
-    client = dict(state=dataclasses.asdict(state), run=dataclasses.asdict(run))
+    progress = dict(step=state.step, consumed_samples=state.consumed_samples, consumed_tokens=state.consumed_tokens)
+    client = dict(state=progress, run=dataclasses.asdict(run))
     rank_state = dict(rng=rng_state_dict(layout), loader=loader.state_dict())
     tag_dir = checkpoints.save(engine, run.save, state.step, client, rank_state, run.keep_last)
     logger.message(f"saved checkpoint {tag_dir}")
@@ -146,7 +176,12 @@ def train(run: RunConfig, engine, model, loader, layout, model_config, state: Tr
     batches = iter(loader)
     window, window_start, saved_at = StepResult(), time.perf_counter(), state.step
     last_step = min(run.train_steps, run.stop_at_step or run.train_steps)
+    stop = StopRequest()
     while state.step < last_step:
+        state.stopped_by = stop.agreed(layout)
+        if state.stopped_by:
+            logger.message(f"received {signal.Signals(state.stopped_by).name}: saving and stopping at step {state.step}")
+            break
         lr = engine.get_lr()[0]
         if pipeline:
             result = pipeline_step(engine, batches, accumulation, layout.device, model)
@@ -238,9 +273,9 @@ def main(argv=None) -> int:
     from bert_ds.distributed import teardown_parallel
 
     try:
-        run_pretraining(parse_args(argv))
+        finished = run_pretraining(parse_args(argv))
         teardown_parallel()
-        return 0
+        return EXIT_CODE_FOR_SIGNAL.get(finished.state.stopped_by, 0)
     except USER_ERRORS as error:
         rank = os.environ.get("RANK", "0")
         prefix = f"[rank {rank}] " if os.environ.get("WORLD_SIZE", "1") != "1" else ""
