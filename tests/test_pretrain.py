@@ -160,3 +160,31 @@ def test_schedule_logging_and_phase_two(tmp_path, cache):
     assert [m["step"] for m in phase2] == [7, 8]
     tokens_per_sample = [(b["consumed_tokens"] - a["consumed_tokens"]) / 16 for a, b in zip([metrics[-1]] + phase2, phase2)]
     assert min(tokens_per_sample) > 128  # longer sequences after the switch
+
+
+def test_sigusr1_saves_and_exits_for_requeue(tmp_path, cache):
+    """Slurm's time-limit warning: checkpoint at the next step boundary, exit code 99."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import REPO
+
+    save, metrics = tmp_path / "ckpt", tmp_path / "m.jsonl"
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    job = subprocess.Popen(
+        [sys.executable, "bert_ds/pretrain.py", "--preset", "tiny", "--train-steps", "5000", "--log-interval", "1",
+         "--save", str(save), "--metrics-file", str(metrics)],
+        cwd=REPO, env={**env, "BERT_DS_CACHE": cache}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 240
+    while not (metrics.exists() and len(read_metrics(metrics)) >= 2):
+        assert job.poll() is None and time.time() < deadline, job.communicate()[1][-2000:]
+        time.sleep(0.5)
+    job.send_signal(signal.SIGUSR1)
+    out, err = job.communicate(timeout=240)
+    assert job.returncode == 99, err[-2000:]
+    step = read_metrics(metrics)[-1]["step"]
+    assert f"received SIGUSR1: saving and stopping at step {step}" in out
+    assert (save / "latest").read_text() == f"step{step:08d}"
