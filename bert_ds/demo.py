@@ -23,10 +23,11 @@ HELD_OUT = f"wiki={SAMPLE_DIR}/wiki/wikitext2-test.jsonl"
 def _train(args):
     from bert_ds.pretrain import run_pretraining
     from bert_ds.training.args import parse_args
-    from bert_ds.training.tokenizer_setup import resolve_tokenizer
+    from bert_ds.training.tokenizer_setup import resolve_tokenizer, sample_tokenizer_dir
 
-    # The sample tokenizer (cached after the first run); it only segments text, it learned no weights.
-    tokenizer_path = resolve_tokenizer(parse_args(["--data", "sample"])).name.split(":", 1)[1]
+    # The sample tokenizer (trained once, then cached); it only segments text, it learned no weights.
+    resolve_tokenizer(parse_args(["--data", "sample"]))
+    tokenizer_path = str(sample_tokenizer_dir() / "tokenizer.model")
     run = parse_args([
         "--preset", args.preset, "--data", *TRAIN_DATA, "--tokenizer", tokenizer_path,
         "--train-steps", str(args.steps), "--global-batch-size", "32", "--micro-batch-size", "32",

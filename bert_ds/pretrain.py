@@ -168,7 +168,6 @@ def save(run: RunConfig, engine, loader, layout, state: TrainState, logger) -> N
 
 def train(run: RunConfig, engine, model, loader, layout, model_config, state: TrainState, logger) -> TrainState:
     """The loop: optimizer steps, logging every --log-interval, checkpoints every --save-interval."""
-    from bert_ds.training.metrics import bert_flops_per_sequence
     from bert_ds.training.steps import StepResult, pipeline_step, plain_step, reduce_step_results
 
     pipeline = layout.pipeline_parallel > 1
@@ -196,7 +195,7 @@ def train(run: RunConfig, engine, model, loader, layout, model_config, state: Tr
             total = reduce_step_results(window, layout, pipeline)
             elapsed = time.perf_counter() - window_start
             state.consumed_tokens += int(total.tokens)
-            logger.log(_metrics(state, total, lr, engine, elapsed, model_config, run, bert_flops_per_sequence))
+            logger.log(_metrics(state, total, lr, engine, elapsed, model_config, run))
             window, window_start = StepResult(), time.perf_counter()
         if save_due:
             save(run, engine, loader, layout, state, logger)
@@ -206,10 +205,12 @@ def train(run: RunConfig, engine, model, loader, layout, model_config, state: Tr
     return state
 
 
-def _metrics(state, total, lr, engine, elapsed, model_config, run, flops_per_sequence) -> dict:
+def _metrics(state, total, lr, engine, elapsed, model_config, run) -> dict:
+    from bert_ds.training.metrics import bert_flops_per_sequence
+
     micro = max(total.micro_batches, 1.0)
     samples = max(total.samples, 1.0)
-    flops = flops_per_sequence(
+    flops = bert_flops_per_sequence(
         model_config.num_layers, model_config.hidden_size, model_config.vocab_size, run.seq_length,
         total.predicted_tokens / samples, with_nsp=total.has_nsp > 0,
     )
