@@ -226,3 +226,21 @@ class DataConfig:
             problems.append(f"num_workers {self.num_workers} must be >= 0")
         if problems:
             raise ConfigError("Invalid data configuration: " + "; ".join(problems) + ".")
+
+
+def gradient_accumulation_steps(global_batch_size: int, micro_batch_size: int, data_parallel: int) -> int:
+    """Accumulation steps such that global batch = micro batch x DP x accumulation (or a ConfigError)."""
+    per_step = micro_batch_size * data_parallel
+    if global_batch_size % per_step:
+        raise ConfigError(
+            f"Invalid configuration: global batch size {global_batch_size} is not divisible by "
+            f"micro batch size x data parallel = {micro_batch_size} x {data_parallel} = {per_step}."
+        )
+    return global_batch_size // per_step
+
+
+def padded_vocab_size(vocab_size: int, multiple: int = 128) -> int:
+    """Pad the embedding to a multiple of 128 (padding rows are never a target): GPU-friendly
+    shapes, divisible by any power-of-two TP up to 128, and the same at every layout, so a
+    checkpoint moves between TP sizes."""
+    return -(-vocab_size // multiple) * multiple

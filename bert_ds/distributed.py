@@ -163,6 +163,29 @@ def _init_process_group(timeout_s: float) -> None:
     dist.init_process_group(backend=backend(), timeout=timeout)
 
 
+def join_process_group(timeout_s: float = 600.0) -> None:
+    """Join the job's process group (as init_parallel does) before the model's sizes are known."""
+    _init_process_group(timeout_s)
+
+
+def _seed_streams(seed: int, pp_rank: int, tp_rank: int) -> RNGStatesTracker:
+    # Default stream: equal on the TP ranks of a stage (replicated dropout must agree), different
+    # per pipeline stage (its layers are different modules).
+    torch.manual_seed(seed + 100 * pp_rank)
+    if device().type == "cuda":
+        torch.cuda.manual_seed(seed + 100 * pp_rank)
+    tracker = RNGStatesTracker()
+    tracker.add(MODEL_PARALLEL_RNG, seed + _MODEL_PARALLEL_SEED_OFFSET + 100 * pp_rank + tp_rank)
+    return tracker
+
+
+def reseed(layout: "ParallelLayout", seed: int, step: int) -> None:
+    """Fresh streams for a run resumed at `step` on another layout (old streams have no
+    counterpart there); deterministic, and the TP ranks of a stage still agree."""
+    fresh = _seed_streams(seed + 7919 * step, layout.pp_rank, layout.tp_rank)
+    layout.rng_tracker.load_state_dict(fresh.state_dict())  # the model holds this tracker
+
+
 def init_parallel(
     model: ModelConfig,
     tensor_parallel: int = 1,
@@ -189,13 +212,7 @@ def init_parallel(
     )
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
-    # Default stream: equal on the TP ranks of a stage (replicated dropout must agree), different
-    # per pipeline stage (its layers are different modules).
-    torch.manual_seed(seed + 100 * pp_rank)
-    if device().type == "cuda":
-        torch.cuda.manual_seed(seed + 100 * pp_rank)
-    tracker = RNGStatesTracker()
-    tracker.add(MODEL_PARALLEL_RNG, seed + _MODEL_PARALLEL_SEED_OFFSET + 100 * pp_rank + tp_rank)
+    tracker = _seed_streams(seed, pp_rank, tp_rank)
     return ParallelLayout(
         world_size=world,
         rank=rank,

@@ -8,7 +8,6 @@ the options.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import signal
 import sys
@@ -78,6 +77,7 @@ def setup_parallel(run: RunConfig, tokenizer):
     """Model config (vocab from the tokenizer, padded) and the process layout."""
     import deepspeed
 
+    from bert_ds.config import padded_vocab_size
     from bert_ds.distributed import backend, init_parallel
 
     vocab = padded_vocab_size(tokenizer.vocab_size)
@@ -85,13 +85,6 @@ def setup_parallel(run: RunConfig, tokenizer):
     layout = init_parallel(model_config, run.tensor_parallel, run.pipeline_parallel, seed=run.seed)
     deepspeed.init_distributed(dist_backend=backend())  # adopts the process group just made
     return model_config, layout
-
-
-def padded_vocab_size(vocab_size: int, multiple: int = 128) -> int:
-    """Pad the embedding to a multiple of 128 (padding rows are never a target): GPU-friendly
-    shapes, divisible by any power-of-two TP up to 128, and the same at every layout, so a
-    checkpoint moves between TP sizes."""
-    return int(math.ceil(vocab_size / multiple) * multiple)
 
 
 def setup_engine(run: RunConfig, model_config, layout):
@@ -135,34 +128,21 @@ def say(layout, text: str) -> None:
         print(text, flush=True)
 
 
-def resume(run: RunConfig, engine, loader, layout) -> TrainState:
-    """Restore everything from the latest complete checkpoint, or start fresh."""
-    from bert_ds.distributed import load_rng_state_dict
+def resume(run: RunConfig, engine, model, loader, layout, model_config) -> TrainState:
+    """Restore everything from the latest complete checkpoint (any layout), or start fresh."""
+    from bert_ds.training import checkpointing
 
-    load_dir = run.load or (run.save if run.auto_resume else None)
-    if load_dir is None:
-        return TrainState()
-    if run.auto_resume and checkpoints.latest_complete_tag(load_dir) is None:
-        say(layout, f"no checkpoint in {load_dir} yet: starting from step 0")
-        return TrainState()
-    tag = checkpoints.require_latest(load_dir)
-    client, rank_state = checkpoints.load(engine, load_dir, tag, layout.world_size)
-    saved_seq = client["run"]["seq_length"]
-    loader.load_state_dict(rank_state["loader"], skip_partial_block=saved_seq != run.seq_length)
-    load_rng_state_dict(layout, rank_state["rng"])
-    state = TrainState(**client["state"])
-    note = f" (sequence length {saved_seq} -> {run.seq_length}: the data stream moves on to its next block)" if saved_seq != run.seq_length else ""
-    say(layout, f"resumed from {Path(load_dir) / tag} at step {state.step}{note}")
-    return state
+    resumed = checkpointing.resume(run, engine, model, loader, layout, model_config)
+    if resumed.message:
+        say(layout, resumed.message)
+    return TrainState(**resumed.progress) if resumed.progress else TrainState()
 
 
-def save(run: RunConfig, engine, loader, layout, state: TrainState, logger) -> None:
-    from bert_ds.distributed import rng_state_dict
+def save(run: RunConfig, engine, model, loader, layout, state: TrainState, model_config, logger) -> None:
+    from bert_ds.training import checkpointing
 
     progress = dict(step=state.step, consumed_samples=state.consumed_samples, consumed_tokens=state.consumed_tokens)
-    client = dict(state=progress, run=dataclasses.asdict(run))
-    rank_state = dict(rng=rng_state_dict(layout), loader=loader.state_dict())
-    tag_dir = checkpoints.save(engine, run.save, state.step, client, rank_state, run.keep_last)
+    tag_dir = checkpointing.save(run, engine, model, loader, layout, progress, model_config)
     logger.message(f"saved checkpoint {tag_dir}")
 
 
@@ -198,10 +178,10 @@ def train(run: RunConfig, engine, model, loader, layout, model_config, state: Tr
             logger.log(_metrics(state, total, lr, engine, elapsed, model_config, run))
             window, window_start = StepResult(), time.perf_counter()
         if save_due:
-            save(run, engine, loader, layout, state, logger)
+            save(run, engine, model, loader, layout, state, model_config, logger)
             saved_at = state.step
     if run.save and saved_at != state.step:
-        save(run, engine, loader, layout, state, logger)
+        save(run, engine, model, loader, layout, state, model_config, logger)
     return state
 
 
@@ -258,7 +238,9 @@ def run_pretraining(run: RunConfig) -> PretrainingRun:
         f"PP {layout.pipeline_parallel} x DP {layout.data_parallel} | objective {run.objective} | "
         f"global batch {run.global_batch_size} x {run.seq_length} tokens | {run.train_steps} steps")
     loader = setup_data(run, tokenizer, layout)
-    state = resume(run, engine, loader, layout)
+    if run.save and layout.rank == 0:
+        checkpoints.save_tokenizer(run.save, tokenizer)
+    state = resume(run, engine, model, loader, layout, model_config)
     logger = MetricsLogger(
         total_steps=run.train_steps, metrics_file=run.metrics_file, tensorboard_dir=run.tensorboard_dir,
         enabled=layout.rank == 0, start_step=state.step,

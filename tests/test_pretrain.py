@@ -85,7 +85,7 @@ def test_auto_resume_starts_fresh_then_continues(tmp_path, cache):
     assert "starting from step 0" in first.stdout
     metrics, second = _train(tmp_path, cache, ["--save", save, "--auto-resume", "--keep-last", "1"], steps=4, name="a2")
     assert [m["step"] for m in metrics] == [3, 4]
-    assert sorted(p.name for p in (tmp_path / "auto").iterdir() if p.is_dir()) == ["step00000004"]
+    assert sorted(p.name for p in (tmp_path / "auto").glob("step*")) == ["step00000004"]
     assert (tmp_path / "auto" / "latest").read_text() == "step00000004"
 
 

@@ -6,6 +6,7 @@ Layout of `SAVE_DIR/`:
         rank00003.pt         ... plus one file per rank: its RNG streams and data-stream position
         complete.json        written by rank 0 after every rank finished: the tag is usable
     latest                   the newest complete tag (replaced atomically after complete.json)
+    tokenizer/               the run's tokenizer (for exports and conversions)
 
 A crash mid-save leaves a tag without complete.json; it is never picked as latest.
 """
@@ -24,6 +25,7 @@ import torch.distributed as dist
 
 COMPLETE = "complete.json"
 LATEST = "latest"
+TOKENIZER_DIR = "tokenizer"
 
 
 class CheckpointError(RuntimeError):
@@ -34,7 +36,7 @@ def tag_for_step(step: int) -> str:
     return f"step{step:08d}"
 
 
-def _rank_file(tag_dir: Path, rank: int) -> Path:
+def rank_file(tag_dir: Path, rank: int) -> Path:
     return tag_dir / f"rank{rank:05d}.pt"
 
 
@@ -62,10 +64,10 @@ def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict,
             (tag_dir / COMPLETE).unlink()
     dist.barrier()
     engine.save_checkpoint(str(root), tag=tag, client_state=client_state, save_latest=False)
-    torch.save(rank_state, _rank_file(tag_dir, dist.get_rank()))
+    torch.save(rank_state, rank_file(tag_dir, dist.get_rank()))
     dist.barrier()  # every rank has written its files
     if dist.get_rank() == 0:
-        marker = dict(step=step, world_size=dist.get_world_size(), time=time.time())
+        marker = dict(step=step, world_size=dist.get_world_size(), layout=rank_state["layout"]["sizes"], time=time.time())
         _write_atomically(tag_dir / COMPLETE, json.dumps(marker))
         _write_atomically(root / LATEST, tag)
         if keep_last:
@@ -73,6 +75,21 @@ def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict,
                 shutil.rmtree(root / old, ignore_errors=True)
     dist.barrier()
     return tag_dir
+
+
+def save_tokenizer(save_dir: str, tokenizer) -> None:
+    """Keep the run's tokenizer beside its checkpoints (rank 0, once)."""
+    folder = Path(save_dir) / TOKENIZER_DIR
+    if not folder.is_dir():
+        staging = folder.with_name(TOKENIZER_DIR + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        tokenizer.save(staging)
+        os.replace(staging, folder)
+
+
+def saved_layout(load_dir: str, tag: str) -> Optional[dict]:
+    """The layout sizes (tensor/pipeline/data parallel, workers) a checkpoint was written with."""
+    return json.loads((Path(load_dir) / tag / COMPLETE).read_text()).get("layout")
 
 
 def latest_complete_tag(load_dir: str) -> Optional[str]:
@@ -110,14 +127,14 @@ def load(engine, load_dir: str, tag: str, world_size: int) -> tuple[dict, dict]:
             f"Checkpoint {tag_dir} was written by {marker['world_size']} processes, this run has {world_size}; "
             "resume with the same layout."
         )
-    rank_file = _rank_file(tag_dir, dist.get_rank())
-    if not rank_file.is_file():
-        raise CheckpointError(f"Checkpoint {tag_dir} lacks {rank_file.name}.")
+    own_file = rank_file(tag_dir, dist.get_rank())
+    if not own_file.is_file():
+        raise CheckpointError(f"Checkpoint {tag_dir} lacks {own_file.name}.")
     try:
         path, client_state = engine.load_checkpoint(load_dir, tag=tag)
     except (RuntimeError, OSError, KeyError) as error:
         raise CheckpointError(f"Checkpoint {tag_dir} cannot be loaded: {error}") from None
     if path is None:
         raise CheckpointError(f"Checkpoint {tag_dir} cannot be loaded: DeepSpeed found no model states.")
-    rank_state = torch.load(rank_file, weights_only=True)
+    rank_state = torch.load(own_file, weights_only=True)
     return client_state, rank_state

@@ -26,7 +26,7 @@ from bert_ds.data.sources import DataError, DataSource, check_sources
 from bert_ds.data.stream import ExampleStream
 from bert_ds.data.text import TextStats
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 class _ShardBatches(IterableDataset):
@@ -137,6 +137,22 @@ class PretrainingLoader:
                     worker_state["examples_done"] = sys.maxsize
         self._next_role = state["next_role"]
         self.batches_consumed = state["batches_consumed"]
+
+    def load_redistributed_state(self, states: list[dict], skip_partial_block: bool = False) -> None:
+        """Continue from the states of every DP rank of another layout (a different DP size or
+        number of workers): their shards' positions are re-divided among this layout's shards
+        (data/reshard.py states what is guaranteed)."""
+        from bert_ds.data.reshard import reshard_stream_states
+
+        for state in states:
+            if state.get("version") != STATE_VERSION:
+                raise DataError(f"Unknown data-loader state version {state.get('version')!r} (expected {STATE_VERSION}).")
+        old_shards = [shard for state in sorted(states, key=lambda s: s["dp_rank"]) for shard in state["worker_states"]]
+        new_shards = reshard_stream_states(old_shards, self.dp_size * self._workers, skip_partial_block)
+        mine = slice(self.dp_rank * self._workers, (self.dp_rank + 1) * self._workers)
+        self._states = new_shards[mine]
+        self._next_role = 0
+        self.batches_consumed = sum(state["batches_consumed"] for state in states) // self.dp_size
 
     def text_stats(self) -> TextStats:
         """Cleaning counters (repaired bytes, empty documents, ...) of this rank's shards so far."""

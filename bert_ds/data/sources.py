@@ -171,20 +171,15 @@ def load_source(source: DataSource, seed: int, epoch: int, txt_documents: str = 
     return load_dataset(builder, data_files=files, split="train", streaming=True, **options)
 
 
-def document_stream(
-    source: DataSource,
-    seed: int,
-    epoch: int,
-    shard_index: int = 0,
-    num_shards: int = 1,
-    txt_documents: str = "file",
-):
-    """Documents of one source for shard `shard_index` of `num_shards` (disjoint shards whose
-    union is the source), as a resumable `datasets.IterableDataset` of records with `text`."""
-    from datasets.distributed import split_dataset_by_node
+def document_stream(source: DataSource, seed: int, epoch: int, txt_documents: str = "file"):
+    """All documents of one source for one epoch, in a seeded order, as a resumable
+    `datasets.IterableDataset` of records with `text`.
 
-    stream = load_source(source, seed, epoch, txt_documents)
-    return split_dataset_by_node(stream, rank=shard_index, world_size=num_shards) if num_shards > 1 else stream
+    Not split among shards here: every shard reads the whole record stream and keeps its own
+    records (stream.SourceReader), so a record's index is the same for every layout and a
+    checkpoint's position can be re-divided among a different number of shards.
+    """
+    return load_source(source, seed, epoch, txt_documents)
 
 
 def record_text(record: dict, source: DataSource, position: int) -> str:

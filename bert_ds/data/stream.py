@@ -7,6 +7,10 @@ Documents are read in blocks; a block's examples are built and shuffled with an 
 block's number. The state is therefore tiny: where each source stood when the current block
 started, and how many of the block's examples were already handed out. Resuming re-reads that
 block and continues with the next unseen example.
+
+Shards split every source by record index (record i belongs to shard i mod num_shards), so a
+position means the same for any number of shards; data/reshard.py re-divides a stream's state
+among a new number of shards (another DP size or worker count).
 """
 
 from __future__ import annotations
@@ -27,8 +31,18 @@ from bert_ds.data.text import TextStats, clean_document, split_sentences
 BLOCK_TOKEN_LIMIT = 2_000_000
 
 
+# A cursor beyond any record index ("every record of this epoch is consumed").
+BEYOND = 1 << 62
+
+
 class SourceReader:
-    """Tokenized documents of one source for one shard, looping over epochs."""
+    """Tokenized documents of one source for one shard, looping over epochs.
+
+    The shard keeps record i of an epoch when i % num_shards == shard_index and no `consumed`
+    layer claims it. A layer, left by a re-division (data/reshard.py), describes what the shards
+    of an earlier layout already read: record i of `epoch` was consumed when
+    i < cursors[i % stride].
+    """
 
     def __init__(self, source: DataSource, tokenizer, config: DataConfig, shard_index: int, num_shards: int, stats: TextStats):
         self.source, self.tokenizer, self.config = source, tokenizer, config
@@ -36,6 +50,8 @@ class SourceReader:
         self.epoch = 0
         self.documents_this_epoch = 0
         self.records_this_epoch = 0
+        self.started_at = 0
+        self.consumed: list[dict] = []
         self._dataset = None
         self._records: Optional[Iterator[dict]] = None
         self._resume_from: Optional[dict] = None
@@ -46,6 +62,10 @@ class SourceReader:
             epoch=self.epoch,
             documents_this_epoch=self.documents_this_epoch,
             records_this_epoch=self.records_this_epoch,
+            started_at=self.started_at,
+            shard_index=self.shard_index,
+            num_shards=self.num_shards,
+            consumed=copy.deepcopy(self.consumed),
             dataset=copy.deepcopy(dataset_state),
         )
 
@@ -53,13 +73,14 @@ class SourceReader:
         self.epoch = state["epoch"]
         self.documents_this_epoch = state["documents_this_epoch"]
         self.records_this_epoch = state["records_this_epoch"]
+        self.started_at = state["started_at"]
+        self.shard_index, self.num_shards = state["shard_index"], state["num_shards"]
+        self.consumed = copy.deepcopy(state["consumed"])
         self._resume_from = copy.deepcopy(state["dataset"])
         self._dataset, self._records = None, None
 
     def _open(self) -> None:
-        self._dataset = document_stream(
-            self.source, self.config.seed, self.epoch, self.shard_index, self.num_shards, self.config.txt_documents
-        )
+        self._dataset = document_stream(self.source, self.config.seed, self.epoch, self.config.txt_documents)
         if self._resume_from is not None:
             self._dataset.load_state_dict(self._resume_from)
             self._resume_from = None
@@ -69,30 +90,46 @@ class SourceReader:
             {name: values[0] for name, values in batch.items()} for batch in self._dataset.iter(batch_size=1)
         )
 
+    def _is_mine(self, index: int) -> bool:
+        if index % self.num_shards != self.shard_index:
+            return False
+        return not any(
+            layer["epoch"] == self.epoch and index < layer["cursors"][index % layer["stride"]] for layer in self.consumed
+        )
+
+    def _next_epoch(self) -> None:
+        whole_epoch = self.started_at == 0 and not any(layer["epoch"] == self.epoch for layer in self.consumed)
+        if self.documents_this_epoch == 0 and whole_epoch:
+            raise DataError(
+                f"Data source {self.source.name!r} has no usable document for shard "
+                f"{self.shard_index} of {self.num_shards} (data-parallel ranks x loader workers): "
+                "it is empty or has fewer documents than shards; use fewer workers or more data."
+            )
+        self.consumed = [layer for layer in self.consumed if layer["epoch"] > self.epoch]
+        self.epoch += 1
+        self.documents_this_epoch = self.records_this_epoch = self.started_at = 0
+        self._records = None
+
     def next_document(self) -> Document:
-        """The next non-empty document as sentences of token ids; starts a new epoch at the end."""
+        """The next non-empty document of this shard as sentences of token ids; starts a new
+        epoch at the end of the source."""
         while True:
             if self._records is None:
                 self._open()
             try:
                 record = next(self._records)
             except StopIteration:
-                if self.documents_this_epoch == 0:
-                    raise DataError(
-                        f"Data source {self.source.name!r} has no usable document for shard "
-                        f"{self.shard_index} of {self.num_shards} (data-parallel ranks x loader workers): "
-                        "it is empty or has fewer documents than shards; use fewer workers or more data."
-                    ) from None
-                self.epoch += 1
-                self.documents_this_epoch = self.records_this_epoch = 0
-                self._records = None
+                self._next_epoch()
                 continue
             except DataError:
                 raise
             except Exception as error:  # a reader failing mid-stream (corrupt shard, I/O error)
                 raise DataError(f"Data source {self.source.name!r} ({self.source.location}): {error}") from None
+            index = self.records_this_epoch
             self.records_this_epoch += 1
-            text = clean_document(record_text(record, self.source, self.records_this_epoch - 1), self.stats)
+            if not self._is_mine(index):
+                continue
+            text = clean_document(record_text(record, self.source, index), self.stats)
             sentences = split_sentences(text, self.stats) if text else []
             document = [ids for ids in self.tokenizer.encode_batch(sentences) if ids] if sentences else []
             if document:
@@ -106,18 +143,27 @@ def _occurrence_uid(*parts: int) -> int:
 
 
 class ExampleStream:
-    """Training examples for shard `shard_index` of `num_shards`, mixed from all sources."""
+    """Training examples for shard `shard_index` of `num_shards`, mixed from all sources.
+
+    `generation` counts re-divisions (it keys block shuffles and example ids, so shards of two
+    layouts never collide); `tails` are blocks of an earlier layout whose remaining examples
+    this shard hands out first (data/reshard.py).
+    """
 
     def __init__(self, sources: list[DataSource], tokenizer, config: DataConfig, shard_index: int = 0, num_shards: int = 1):
+        self.sources, self.tokenizer = sources, tokenizer
         self.config, self.shard_index, self.num_shards = config, shard_index, num_shards
         self.stats = TextStats()
         self.readers = [SourceReader(s, tokenizer, config, shard_index, num_shards, self.stats) for s in sources]
         weights = np.array([s.weight for s in sources], dtype=np.float64)
         self.shares = weights / weights.sum()
         self.tokens_drawn = np.zeros(len(sources), dtype=np.int64)
+        self.generation = 0
         self.block_index = 0
         self.examples_done = 0
+        self.tails: list[dict] = []
         self._block_start: Optional[dict] = None
+        self._block_end: Optional[dict] = None
 
     def _snapshot(self) -> dict:
         return dict(
@@ -127,13 +173,17 @@ class ExampleStream:
         )
 
     def state_dict(self) -> dict:
-        """Where the next unseen example is: the current block's start plus examples handed out."""
+        """Where the next unseen example is: the current block's start plus examples handed out
+        (and where the block ended, which a re-division needs)."""
         return dict(
             block_start=copy.deepcopy(self._block_start or self._snapshot()),
+            block_end=copy.deepcopy(self._block_end),
             block_index=self.block_index,
             examples_done=self.examples_done,
             shard_index=self.shard_index,
             num_shards=self.num_shards,
+            generation=self.generation,
+            tails=copy.deepcopy(self.tails),
         )
 
     def load_state_dict(self, state: dict) -> None:
@@ -149,7 +199,10 @@ class ExampleStream:
         self.stats.load_dict(start["stats"])
         self.block_index = state["block_index"]
         self.examples_done = state["examples_done"]
+        self.generation = state["generation"]
+        self.tails = copy.deepcopy(state["tails"])
         self._block_start = None
+        self._block_end = copy.deepcopy(state["block_end"])  # until the block is read again
 
     def _next_source(self) -> int:
         # The source furthest below its share of all tokens drawn so far (ties: lowest index).
@@ -167,18 +220,36 @@ class ExampleStream:
             documents.append(document)
         return documents
 
-    def __iter__(self) -> Iterator[Example]:
+    def _block_examples(self) -> Iterator[Example]:
+        """The current block's examples from `examples_done` on."""
         config = self.config
-        while True:
-            self._block_start = self._snapshot()
-            documents = self._read_block()
-            rng = np.random.default_rng([config.seed, self.shard_index, self.num_shards, self.block_index])
-            examples = build_examples(documents, config.objective, config.seq_length, config.short_seq_prob, rng)
-            order = rng.permutation(len(examples))
-            for k in range(self.examples_done, len(examples)):
-                example = examples[order[k]]
-                example.uid = _occurrence_uid(config.seed, self.shard_index, self.num_shards, self.block_index, k)
-                self.examples_done = k + 1
+        keys = [config.seed, self.generation, self.shard_index, self.num_shards, self.block_index]
+        self._block_start = self._snapshot()
+        documents = self._read_block()
+        self._block_end = self._snapshot()
+        rng = np.random.default_rng(keys)
+        examples = build_examples(documents, config.objective, config.seq_length, config.short_seq_prob, rng)
+        order = rng.permutation(len(examples))
+        for k in range(self.examples_done, len(examples)):
+            example = examples[order[k]]
+            example.uid = _occurrence_uid(*keys, k)
+            self.examples_done = k + 1
+            yield example
+
+    def _tail_examples(self) -> Iterator[Example]:
+        """The rest of each inherited block, in the order its old shard would have handed it out."""
+        while self.tails:
+            state = self.tails[0]
+            old = ExampleStream(self.sources, self.tokenizer, self.config, state["shard_index"], state["num_shards"])
+            old.load_state_dict(state)
+            for example in old._block_examples():
+                self.tails[0] = old.state_dict()
                 yield example
+            self.tails.pop(0)
+
+    def __iter__(self) -> Iterator[Example]:
+        yield from self._tail_examples()
+        while True:
+            yield from self._block_examples()
             self.block_index += 1
             self.examples_done = 0

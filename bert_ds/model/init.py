@@ -27,6 +27,19 @@ def _is_norm(name: str) -> bool:
     return "layernorm" in lowered or "norm." in lowered
 
 
+def initial_full_tensor(full_name: str, shape, std: float, seed: int) -> torch.Tensor:
+    """The full-size fp32 initial value of the parameter `full_name` (a BertForPretraining name).
+
+    BERT's init: LayerNorm weight 1 and bias 0, other biases 0, every other tensor N(0, std) drawn
+    from a generator seeded by (seed, full_name), so it does not depend on what else is built.
+    """
+    if _is_norm(full_name):
+        return torch.full(tuple(shape), 1.0 if full_name.endswith("weight") else 0.0)
+    if full_name.endswith("bias"):
+        return torch.zeros(tuple(shape))
+    return torch.empty(list(shape), dtype=torch.float32).normal_(0.0, std, generator=_generator(seed, full_name))
+
+
 @torch.no_grad()
 def initialize_weights(
     model: torch.nn.Module,
@@ -36,24 +49,19 @@ def initialize_weights(
     tp_size: int,
     full_names: Optional[Mapping[str, str]] = None,
 ) -> None:
-    """BERT's init (weights N(0, std), biases 0, LayerNorm 1/0) keyed by full parameter name.
+    """`initial_full_tensor` for every parameter, keyed by full parameter name; each rank keeps its
+    tensor-parallel slice.
 
     `full_names` maps this model's parameter names to BertForPretraining names (pipeline stages
     name their parameters differently); identity when None.
     """
     for name, param in model.named_parameters():
         full_name = full_names.get(name, name) if full_names is not None else name
-        if _is_norm(full_name):
-            param.fill_(1.0 if full_name.endswith("weight") else 0.0)
-            continue
-        if full_name.endswith("bias"):
-            param.zero_()
-            continue
         shape = list(param.shape)
         dim = getattr(param, "partition_dim", None) if getattr(param, "tensor_model_parallel", False) else None
         if dim is not None:
             shape[dim] *= tp_size
-        full = torch.empty(shape, dtype=torch.float32).normal_(0.0, config.init_method_std, generator=_generator(seed, full_name))
+        full = initial_full_tensor(full_name, shape, config.init_method_std, seed)
         if dim is not None:
             full = full.chunk(tp_size, dim=dim)[tp_rank]
         param.copy_(full.to(param.dtype))

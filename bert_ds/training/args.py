@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bert_ds.config import PRESETS, ConfigError, DataConfig, ModelConfig, model_preset
+from bert_ds.config import PRESETS, ConfigError, DataConfig, ModelConfig, gradient_accumulation_steps, model_preset
 
 # The paper: batch 256 x 512 tokens... as 256 sequences, Adam lr 1e-4, 10k warm-up, 1M steps.
 _PAPER = dict(global_batch_size=256, lr=1e-4, warmup_steps=10_000, train_steps=1_000_000)
@@ -109,13 +109,7 @@ class RunConfig:
 
     def validate_batch(self, data_parallel: int) -> int:
         """Gradient-accumulation steps: global batch = micro batch x DP x accumulation."""
-        per_step = self.micro_batch_size * data_parallel
-        if self.global_batch_size % per_step:
-            raise ConfigError(
-                f"Invalid configuration: global batch size {self.global_batch_size} is not divisible by "
-                f"micro batch size x data parallel = {self.micro_batch_size} x {data_parallel} = {per_step}."
-            )
-        return self.global_batch_size // per_step
+        return gradient_accumulation_steps(self.global_batch_size, self.micro_batch_size, data_parallel)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,0 +1,235 @@
+"""Save and resume a pre-training run, on the same parallel layout or on another one.
+
+Same layout: DeepSpeed restores its own files bit for bit (checkpoint/zero.py). Another layout
+(TP, PP, DP or loader workers changed): rank 0 converts the ZeRO checkpoint to the layout-free
+portable form once (checkpoint/convert.py, kept beside it as TAG/portable), and every rank takes
+its slice of weights and Adam moments from it; the step, LR schedule and engine counters carry
+over, and the data stream's position is re-divided among the new shards (data/reshard.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from bert_ds.checkpoint import zero as checkpoints
+from bert_ds.checkpoint.portable import PortableCheckpoint, is_portable, open_portable
+from bert_ds.checkpoint.portable_load import partition_dim, read_model_slices
+from bert_ds.checkpoint.zero import CheckpointError
+
+PORTABLE_SUBDIR = "portable"
+
+
+def layout_sizes(layout, run) -> dict:
+    return dict(
+        tensor_parallel=layout.tensor_parallel,
+        pipeline_parallel=layout.pipeline_parallel,
+        data_parallel=layout.data_parallel,
+        num_workers=run.num_workers,
+    )
+
+
+def full_names_of(model, layout) -> dict[str, str]:
+    """This rank's parameter names -> BertForPretraining names (pipeline stages rename them)."""
+    if layout.pipeline_parallel > 1:
+        from bert_ds.model.pipeline import pipeline_to_full_names
+
+        return pipeline_to_full_names(model)
+    return {name: name for name, _ in model.named_parameters()}
+
+
+def layout_record(engine, model, layout, run, root: Path, tag: str) -> dict:
+    """What an offline conversion needs to know about this rank's files (see checkpoint/convert.py)."""
+    names = full_names_of(model, layout)
+    params = dict(model.named_parameters())
+    sizes = layout_sizes(layout, run)
+    return dict(
+        sizes=sizes,
+        **sizes,
+        tp_rank=layout.tp_rank,
+        pp_rank=layout.pp_rank,
+        dp_rank=layout.dp_rank,
+        zero_stage=engine.zero_optimization_stage(),
+        # DeepSpeed's name for this rank's optimizer-state file (its naming differs with pipelines).
+        optimizer_file=Path(engine._get_zero_ckpt_name(str(root), tag)).name,
+        names={name: names[name] for name in params},
+        shapes={name: list(param.shape) for name, param in params.items()},
+        dims={names[name]: partition_dim(param) for name, param in params.items()},
+    )
+
+
+def save(run, engine, model, loader, layout, progress: dict, model_config) -> Path:
+    """Collective: a complete checkpoint of step progress["step"] under run.save."""
+    from bert_ds.distributed import rng_state_dict
+
+    tag = checkpoints.tag_for_step(progress["step"])
+    client = dict(state=progress, run=dataclasses.asdict(run), model_config=dataclasses.asdict(model_config))
+    rank_state = dict(
+        rng=rng_state_dict(layout),
+        loader=loader.state_dict(),
+        layout=layout_record(engine, model, layout, run, Path(run.save), tag),
+    )
+    return checkpoints.save(engine, run.save, progress["step"], client, rank_state, run.keep_last)
+
+
+@dataclasses.dataclass
+class Resumed:
+    progress: Optional[dict]
+    """step, consumed_samples, consumed_tokens; None for a fresh start or weights-only init."""
+    message: str
+
+
+def resume(run, engine, model, loader, layout, model_config) -> Resumed:
+    """Restore from --load (or --save with --auto-resume): a ZeRO checkpoint of any layout, or a
+    portable folder (weights only, e.g. an imported Hugging Face model: training starts at step 0)."""
+    from bert_ds.distributed import load_rng_state_dict
+
+    load_dir = run.load or (run.save if run.auto_resume else None)
+    if load_dir is None:
+        return Resumed(None, "")
+    if is_portable(load_dir):
+        return _resume_portable(run, engine, model, loader, layout, model_config, open_portable(load_dir))
+    if run.auto_resume and checkpoints.latest_complete_tag(load_dir) is None:
+        return Resumed(None, f"no checkpoint in {load_dir} yet: starting from step 0")
+    if (Path(load_dir) / checkpoints.COMPLETE).is_file():  # a tag folder: that very checkpoint
+        load_dir, tag = str(Path(load_dir).parent), Path(load_dir).name
+    else:
+        tag = checkpoints.require_latest(load_dir)
+    saved = checkpoints.saved_layout(load_dir, tag)
+    if saved is not None and saved != layout_sizes(layout, run):
+        portable = _converted(Path(load_dir) / tag, layout, saved, layout_sizes(layout, run))
+        return _resume_portable(run, engine, model, loader, layout, model_config, portable)
+    client, rank_state = checkpoints.load(engine, load_dir, tag, layout.world_size)
+    saved_seq = client["run"]["seq_length"]
+    loader.load_state_dict(rank_state["loader"], skip_partial_block=saved_seq != run.seq_length)
+    load_rng_state_dict(layout, rank_state["rng"])
+    note = _seq_note(saved_seq, run.seq_length)
+    return Resumed(client["state"], f"resumed from {Path(load_dir) / tag} at step {client['state']['step']}{note}")
+
+
+def _seq_note(saved_seq: int, seq: int) -> str:
+    if saved_seq == seq:
+        return ""
+    return f" (sequence length {saved_seq} -> {seq}: the data stream moves on to its next block)"
+
+
+def _describe(sizes: dict) -> str:
+    return "TP {tensor_parallel} x PP {pipeline_parallel} x DP {data_parallel}, {num_workers} loader workers".format(**sizes)
+
+
+def _converted(tag_dir: Path, layout, saved: dict, current: dict) -> PortableCheckpoint:
+    """Collective: rank 0 converts the checkpoint to portable form (once); all ranks open it."""
+    from bert_ds.checkpoint.convert import zero_to_portable
+
+    target = tag_dir / PORTABLE_SUBDIR
+    failure = ""
+    if layout.rank == 0:
+        print(f"checkpoint {tag_dir} has layout {_describe(saved)}, this run {_describe(current)}: "
+              f"re-dividing it through {target}", flush=True)
+        if not is_portable(target):
+            try:
+                zero_to_portable(str(tag_dir), str(target), optimizer=True)
+            except (CheckpointError, OSError) as error:
+                failure = str(error)
+    # Everyone learns whether rank 0 succeeded (a plain barrier would leave them waiting on an error).
+    failed = torch.tensor([int(bool(failure))], device=layout.device)
+    dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+    if failed.item():
+        raise CheckpointError(failure or f"Converting {tag_dir} for the new layout failed on rank 0.")
+    return open_portable(target)
+
+
+def _check_model_config(checkpoint: PortableCheckpoint, model_config) -> None:
+    ours, theirs = dataclasses.asdict(model_config), dataclasses.asdict(checkpoint.model_config)
+    # Dropout, recomputation and the (padded) vocabulary may differ; the shapes may not.
+    ignored = {"hidden_dropout", "attention_dropout", "activation_checkpointing", "vocab_size"}
+    differ = [f"{k} {theirs[k]} vs {ours[k]}" for k in ours if k not in ignored and ours[k] != theirs[k]]
+    if differ:
+        raise CheckpointError(f"{checkpoint.path} holds a different model: {'; '.join(differ)} (checkpoint vs this run).")
+
+
+def _resume_portable(run, engine, model, loader, layout, model_config, checkpoint: PortableCheckpoint) -> Resumed:
+    from bert_ds.distributed import reseed
+
+    _check_model_config(checkpoint, model_config)
+    training = checkpoint.training
+    with_optimizer = training is not None and checkpoint.has_optimizer
+    slices, report = read_model_slices(
+        model, checkpoint, layout.tp_rank, layout.tensor_parallel, full_names_of(model, layout),
+        allow_missing=("nsp_head",), moments=with_optimizer,
+    )
+    set_engine_state(engine, model, slices, training if with_optimizer else None)
+    if training is None:
+        return Resumed(None, f"initialised weights from {checkpoint.path} ({len(report.loaded)} tensors); training starts at step 0")
+    saved_seq = training["run"]["seq_length"]
+    loader.load_redistributed_state(training["loader_states"], skip_partial_block=saved_seq != run.seq_length)
+    progress = training["state"]
+    # The old ranks' RNG streams have no counterpart in the new layout: derive fresh ones.
+    reseed(layout, run.seed, progress["step"])
+    note = _seq_note(saved_seq, run.seq_length)
+    return Resumed(progress, f"resumed from {checkpoint.path} at step {progress['step']} on a new layout{note}")
+
+
+@torch.no_grad()
+def set_engine_state(engine, model, slices: dict, training: Optional[dict]) -> None:
+    """Weights into the model and the optimizer's fp32 masters; with `training`, also the Adam
+    moments, the optimizer step, the LR schedule and DeepSpeed's counters."""
+    from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
+
+    stage = engine.zero_optimization_stage()
+    if stage not in (1, 2):
+        raise CheckpointError(
+            f"Loading a checkpoint into a new layout needs ZeRO stage 1 or 2, this run uses stage {stage}."
+        )
+    if training is not None:
+        _create_optimizer_state(engine)
+    params = dict(model.named_parameters())
+    for local, kinds in slices.items():
+        param = params[local]
+        param.copy_(kinds["weight"].to(param.dtype))
+        safe_set_full_fp32_param(param, kinds["weight"].to(param.device))
+        for moment in (k for k in kinds if k != "weight"):
+            safe_set_full_optimizer_state(param, kinds[moment].to(param.device), moment)
+    if training is None:
+        return
+    base = engine.optimizer.optimizer  # the torch optimizer under ZeRO's wrapper
+    if training["optimizer_step"] is not None:
+        for state in base.state.values():
+            if isinstance(state.get("step"), torch.Tensor):
+                state["step"].fill_(training["optimizer_step"])
+            elif "step" in state:
+                state["step"] = training["optimizer_step"]
+    engine.lr_scheduler.load_state_dict(training["scheduler"])
+    for group, lr in zip(base.param_groups, training["scheduler"]["_last_lr"]):
+        group["lr"] = lr
+    counters = training["engine"]
+    engine.global_steps = counters["global_steps"]
+    engine.global_samples = counters["global_samples"]
+    engine.skipped_steps = counters["skipped_steps"]
+
+
+def _create_optimizer_state(engine) -> None:
+    """Make the optimizer create its (lazily built) state now, so moments can be written into it.
+
+    One step with zero gradients at learning rate 0 changes no weight for Adam, AdamW, LAMB or
+    DeepSpeed's CPU Adam (decoupled weight decay is scaled by the learning rate too); the step
+    count it adds is overwritten afterwards. Then ZeRO links each parameter to its state.
+    """
+    zero_optimizer = engine.optimizer
+    base = zero_optimizer.optimizer
+    partitions = [p for group in base.param_groups for p in group["params"]]
+    saved = [(group["lr"], [(p, p.grad) for p in group["params"]]) for group in base.param_groups]
+    for group in base.param_groups:
+        group["lr"] = 0.0
+    for partition in partitions:
+        partition.grad = torch.zeros_like(partition)
+    base.step()
+    for group, (lr, grads) in zip(base.param_groups, saved):
+        group["lr"] = lr
+        for partition, grad in grads:
+            partition.grad = grad
+    zero_optimizer._lazy_init_hp_params_optimizer_state()

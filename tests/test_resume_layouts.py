@@ -1,0 +1,154 @@
+"""Resume a checkpoint on another parallel layout: TP2->TP1->TP2, PP2->PP1, DP2->DP1->DP2.
+
+Each resumed run must continue exactly like the run on the original layout (dropout off): same
+losses to 1e-5 and the same token counts, which only the same examples give. The DP moves keep
+DP x loader workers constant (2 x 0 workers <-> 1 x 2 workers), so the data shards map one to one;
+tests/test_data_reshard.py covers changing the number of shards.
+"""
+
+import pytest
+
+from tests.helpers import read_metrics, run_pretrain
+
+COMMON = [
+    "--preset", "tiny", "--log-interval", "1", "--dropout", "0", "--global-batch-size", "8",
+    "--micro-batch-size", "4", "--save-interval", "2", "--lr", "3e-3", "--warmup-steps", "1",
+]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("bert_ds_cache"))
+
+
+def _run(tmp_path, cache, name, extra, nproc, steps):
+    metrics = tmp_path / f"{name}.jsonl"
+    result = run_pretrain(
+        COMMON + ["--train-steps", str(steps), "--save", str(tmp_path / name), "--metrics-file", str(metrics), *extra],
+        nproc=nproc, cache_dir=cache,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {m["step"]: m for m in read_metrics(metrics)}, result
+
+
+def _assert_continues(resumed: dict, original: dict, steps):
+    for step in steps:
+        assert resumed[step]["loss"] == pytest.approx(original[step]["loss"], abs=1e-5), step
+        assert resumed[step]["consumed_tokens"] == original[step]["consumed_tokens"], step
+
+
+def _tag(tmp_path, name, step):
+    return str(tmp_path / name / f"step{step:08d}")
+
+
+def _hf_logits(checkpoint, out):
+    """Export `checkpoint` with the CLI, load it in transformers, run a fixed batch."""
+    import subprocess
+    import sys
+
+    import torch
+    import transformers
+
+    from tests.helpers import REPO
+
+    command = [sys.executable, "-m", "bert_ds.checkpoint", "export-hf", checkpoint, str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    model, info = transformers.BertForPreTraining.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ids = torch.randint(5, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        output = model.eval()(input_ids=ids, token_type_ids=(torch.arange(24) >= 12).long().expand(2, 24))
+    return output.prediction_logits, output.seq_relationship_logits
+
+
+def _convert(checkpoint, out):
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    command = [sys.executable, "-m", "bert_ds.checkpoint", "portable", checkpoint, str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return str(out)
+
+
+def _assert_same_export(tmp_path, split_checkpoint, single_checkpoint):
+    """A checkpoint of a split layout exports to the same HF model as the same state at TP1/PP1."""
+    import torch
+
+    for split, single in zip(_hf_logits(split_checkpoint, tmp_path / "hf-split"), _hf_logits(single_checkpoint, tmp_path / "hf-single")):
+        assert torch.allclose(split, single, atol=1e-4), (split - single).abs().max()
+
+
+def test_tensor_parallel_2_to_1_to_2(tmp_path, cache):
+    tp2, _ = _run(tmp_path, cache, "tp2", ["--tensor-parallel", "2"], nproc=2, steps=6)
+    tp1, result = _run(tmp_path, cache, "tp1", ["--load", _tag(tmp_path, "tp2", 2)], nproc=1, steps=6)
+    assert "TP 2 x PP 1 x DP 1" in result.stdout and "resumed from" in result.stdout
+    assert sorted(tp1) == [3, 4, 5, 6]
+    _assert_continues(tp1, tp2, [3, 4, 5, 6])
+    back, _ = _run(tmp_path, cache, "back", ["--tensor-parallel", "2", "--load", _tag(tmp_path, "tp1", 4)], nproc=2, steps=6)
+    _assert_continues(back, tp1, [5, 6])
+    _assert_same_export(tmp_path, _tag(tmp_path, "tp2", 6), _tag(tmp_path, "tp1", 6))
+
+
+def test_pipeline_parallel_2_to_1(tmp_path, cache):
+    pp2, _ = _run(tmp_path, cache, "pp2", ["--pipeline-parallel", "2"], nproc=2, steps=4)
+    pp1, _ = _run(tmp_path, cache, "pp1", ["--load", _tag(tmp_path, "pp2", 2)], nproc=1, steps=4)
+    _assert_continues(pp1, pp2, [3, 4])
+    _assert_same_export(tmp_path, _tag(tmp_path, "pp2", 4), _tag(tmp_path, "pp1", 4))
+
+
+def test_data_parallel_2_to_1_to_2(tmp_path, cache):
+    dp2, _ = _run(tmp_path, cache, "dp2", ["--zero-stage", "2"], nproc=2, steps=6)
+    dp1, _ = _run(
+        tmp_path, cache, "dp1", ["--zero-stage", "2", "--num-workers", "2", "--load", _tag(tmp_path, "dp2", 2)],
+        nproc=1, steps=6,
+    )
+    _assert_continues(dp1, dp2, [3, 4, 5, 6])
+    # Back through an explicit portable folder (the CLI) instead of the automatic conversion.
+    portable = _convert(_tag(tmp_path, "dp1", 4), tmp_path / "portable")
+    back, _ = _run(tmp_path, cache, "back", ["--zero-stage", "2", "--load", portable], nproc=2, steps=6)
+    _assert_continues(back, dp1, [5, 6])
+
+
+def test_continue_pretraining_an_imported_hugging_face_model(tmp_path, cache):
+    """import-hf -> `--load PORTABLE`: training starts at step 0 from the imported weights (also in
+    the optimizer's fp32 masters, or the first step would bring the random init back)."""
+    import subprocess
+    import sys
+
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    from tests.helpers import REPO
+
+    words = sorted({w.lower() for w in "the of and to a in is was he for it with as his on be at by".split()})
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words + letters + [f"##{c}" for c in letters]
+    hf_dir = tmp_path / "hf"
+    config = transformers.BertConfig(
+        vocab_size=len(tokens), hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256
+    )
+    transformers.BertForPreTraining(config).save_pretrained(hf_dir)
+    (hf_dir / "vocab.txt").write_text("".join(t + "\n" for t in tokens))
+    portable = tmp_path / "imported"
+    command = [sys.executable, "-m", "bert_ds.checkpoint", "import-hf", str(hf_dir), str(portable)]
+    assert subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300).returncode == 0
+
+    tokenizer = ["--tokenizer", str(portable / "tokenizer" / "vocab.txt"), "--lr", "1e-7", "--warmup-steps", "1"]
+    _, result = _run(tmp_path, cache, "tuned", ["--load", str(portable), *tokenizer], nproc=1, steps=2)
+    assert "initialised weights from" in result.stdout
+    exported = tmp_path / "exported"
+    _hf_logits(_tag(tmp_path, "tuned", 2), exported)
+    before, after = load_file(hf_dir / "model.safetensors"), load_file(exported / "model.safetensors")
+    for name in ("bert.encoder.layer.0.attention.self.query.weight", "bert.embeddings.word_embeddings.weight"):
+        assert torch.allclose(before[name], after[name], atol=1e-4), name
+
+    # A model of another shape is refused in one sentence.
+    _, other = None, run_pretrain(
+        COMMON + ["--train-steps", "2", "--preset", "mini", "--load", str(portable), *tokenizer], cache_dir=cache
+    )
+    assert other.returncode == 2 and "holds a different model" in other.stderr and "Traceback" not in other.stderr
