@@ -35,3 +35,18 @@ def sample_documents(sample_tokenizer):
         sentences = split_sentences(text, stats)
         documents.append([ids for ids in sample_tokenizer.encode_batch(sentences) if ids])
     return documents
+
+
+@pytest.fixture(scope="session")
+def pretrained_tiny(tmp_path_factory):
+    """A tiny ZeRO pre-training checkpoint (20 steps on the sample corpus, its sentencepiece
+    tokenizer stored beside it): the --init of fine-tuning tests."""
+    from tests.helpers import run_pretrain
+
+    root = tmp_path_factory.mktemp("pretrained_tiny")
+    result = run_pretrain(
+        ["--preset", "tiny", "--train-steps", "20", "--log-interval", "10", "--save", str(root / "ckpt")],
+        cache_dir=str(root / "cache"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return str(root / "ckpt")

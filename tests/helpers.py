@@ -69,10 +69,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run_pretrain(args: list[str], nproc: int = 1, cache_dir: str | None = None, timeout: int = 300):
     """`python bert_ds/pretrain.py ARGS` (nproc=1) or `torchrun --nproc_per_node N ...`: a real job."""
+    return run_entrypoint("bert_ds/pretrain.py", args, nproc, cache_dir, timeout)
+
+
+def run_entrypoint(script: str, args: list[str], nproc: int = 1, cache_dir: str | None = None, timeout: int = 300):
+    """`python SCRIPT ARGS` (nproc=1) or `torchrun --nproc_per_node N SCRIPT ARGS`, SCRIPT relative
+    to the repository: a real job in fresh processes."""
     import subprocess
     import sys
 
-    script = os.path.join(REPO, "bert_ds", "pretrain.py")
+    script = os.path.join(REPO, script)
     if nproc == 1:
         command = [sys.executable, script, *args]
     else:

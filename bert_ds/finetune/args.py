@@ -1,0 +1,153 @@
+"""Options shared by the fine-tuning entrypoints (glue.py, squad.py, swag.py) -> `FinetuneConfig`.
+
+Defaults follow the paper's fine-tuning recipe for BERT-LARGE: batch 32, lr 2e-5, 3 epochs, 10%
+linear warm-up then linear decay, dropout 0.1, Adam with weight decay 0.01. `--grid` replaces
+batch/lr/epochs by the paper's grid; `--restarts N` reruns every setting with N seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+from dataclasses import dataclass, field
+from typing import Optional
+
+from bert_ds.config import PRESETS, ConfigError, gradient_accumulation_steps
+
+PAPER_GRID = dict(batch_sizes=(16, 32), lrs=(5e-5, 3e-5, 2e-5), epochs=(2, 3, 4))
+
+
+@dataclass
+class FinetuneConfig:
+    """One fine-tuning job: every run of its grid and restarts."""
+
+    output: str
+    """Folder for results.json, predictions and the selected model."""
+    init: Optional[str] = None
+    """A bert_ds checkpoint (ZeRO or portable) or a Hugging Face BERT folder; None: random weights."""
+    preset: str = "large"
+    """Model size when there is no --init (with --init the checkpoint decides)."""
+    tokenizer: Optional[str] = None
+    """Tokenizer; default: the one stored with --init."""
+    tensor_parallel: int = 1
+    deepspeed_config: str = "zero1"
+    zero_stage: Optional[int] = None
+    max_seq_length: int = 128
+    batch_size: int = 32
+    """Global batch size (micro batch x DP x accumulation)."""
+    micro_batch_size: Optional[int] = None
+    """Per-rank micro batch; default: the whole per-rank batch at once."""
+    lr: float = 2e-5
+    epochs: int = 3
+    warmup_proportion: float = 0.1
+    weight_decay: float = 0.01
+    clip_grad: float = 1.0
+    dropout: Optional[float] = None
+    """Hidden/attention/classifier dropout; None keeps the model's (0.1)."""
+    seed: int = 42
+    grid: bool = False
+    grid_batch_sizes: tuple[int, ...] = PAPER_GRID["batch_sizes"]
+    grid_lrs: tuple[float, ...] = PAPER_GRID["lrs"]
+    grid_epochs: tuple[int, ...] = PAPER_GRID["epochs"]
+    restarts: int = 1
+    eval_batch_size: int = 64
+    save_model: bool = True
+    """Keep the selected run's weights as a portable checkpoint (OUTPUT/model), exportable to HF."""
+    pipeline_parallel: int = field(default=1, init=False)
+    """Fine-tuning runs without pipeline stages (read by the DeepSpeed config builder)."""
+
+    def settings(self) -> list["RunSettings"]:
+        """Every (batch, lr, epochs, seed) to run, grid settings in order, restarts innermost."""
+        if self.grid:
+            combos = itertools.product(self.grid_batch_sizes, self.grid_lrs, self.grid_epochs)
+        else:
+            combos = [(self.batch_size, self.lr, self.epochs)]
+        return [
+            RunSettings(batch, lr, epochs, self.seed + restart)
+            for batch, lr, epochs in combos
+            for restart in range(self.restarts)
+        ]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    batch_size: int
+    lr: float
+    epochs: int
+    seed: int
+
+    def hyperparameters(self) -> dict:
+        return dict(batch_size=self.batch_size, lr=self.lr, epochs=self.epochs)
+
+
+class BatchPlan:
+    """What DeepSpeed's config builder reads from a run (see training/ds_config.py)."""
+
+    def __init__(self, job: FinetuneConfig, settings: RunSettings, data_parallel: int):
+        self.deepspeed_config, self.zero_stage = job.deepspeed_config, job.zero_stage
+        self.pipeline_parallel, self.clip_grad = 1, job.clip_grad
+        self.global_batch_size = settings.batch_size
+        per_rank, remainder = divmod(settings.batch_size, data_parallel)
+        if remainder or per_rank == 0:
+            raise ConfigError(
+                f"Invalid configuration: batch size {settings.batch_size} is not divisible by data parallel {data_parallel}."
+            )
+        self.micro_batch_size = min(job.micro_batch_size or per_rank, per_rank)
+
+    def validate_batch(self, data_parallel: int) -> int:
+        return gradient_accumulation_steps(self.global_batch_size, self.micro_batch_size, data_parallel)
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(","))
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(","))
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--output", required=True, help="folder for results.json, predictions and the selected model")
+    add("--init", default=None, help="bert_ds checkpoint (ZeRO or portable) or Hugging Face BERT folder")
+    add("--preset", default="large", choices=sorted(PRESETS), help="model size without --init")
+    add("--tokenizer", default=None, help="tokenizer (default: the one stored with --init)")
+    add("--tensor-parallel", type=int, default=1, help="tensor-parallel size")
+    add("--deepspeed-config", default="zero1", help="ds_configs/ name or JSON path")
+    add("--zero-stage", type=int, default=None, choices=[0, 1, 2], help="override the config's ZeRO stage")
+    add("--max-seq-length", type=int, default=None, help="tokens per sequence (default: per task)")
+    add("--batch-size", type=int, default=32, help="global batch size")
+    add("--micro-batch-size", type=int, default=None, help="per-rank micro batch (default: all at once)")
+    add("--lr", type=float, default=2e-5, help="peak learning rate")
+    add("--epochs", type=int, default=3, help="training epochs")
+    add("--warmup-proportion", type=float, default=0.1, help="share of steps for linear warm-up")
+    add("--weight-decay", type=float, default=0.01)
+    add("--clip-grad", type=float, default=1.0)
+    add("--dropout", type=float, default=None, help="dropout (default: the model's 0.1)")
+    add("--seed", type=int, default=42, help="seed of the first run; restarts use seed+1, seed+2, ...")
+    add("--grid", action="store_true", help="the paper's grid: batch {16,32} x lr {5e-5,3e-5,2e-5} x epochs {2,3,4}")
+    add("--grid-batch-sizes", type=_ints, default=PAPER_GRID["batch_sizes"], help="comma-separated, with --grid")
+    add("--grid-lrs", type=_floats, default=PAPER_GRID["lrs"], help="comma-separated, with --grid")
+    add("--grid-epochs", type=_ints, default=PAPER_GRID["epochs"], help="comma-separated, with --grid")
+    add("--restarts", type=int, default=1, help="runs per setting with different seeds (best on dev kept)")
+    add("--eval-batch-size", type=int, default=64)
+    add("--no-save-model", dest="save_model", action="store_false", help="do not keep the selected model")
+    add("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
+
+
+def config_from_args(args: argparse.Namespace, default_seq_length: int) -> FinetuneConfig:
+    names = {f.name for f in dataclasses.fields(FinetuneConfig) if f.init}
+    values = {k: v for k, v in vars(args).items() if k in names}
+    values["max_seq_length"] = args.max_seq_length or default_seq_length
+    job = FinetuneConfig(**values)
+    checks = [
+        ("--restarts", job.restarts >= 1), ("--epochs", job.epochs >= 1), ("--batch-size", job.batch_size >= 1),
+        ("--lr", job.lr > 0), ("--max-seq-length", job.max_seq_length >= 8),
+        ("--warmup-proportion", 0 <= job.warmup_proportion < 1), ("--tensor-parallel", job.tensor_parallel >= 1),
+        ("--grid-epochs", all(e >= 1 for e in job.grid_epochs)), ("--grid-batch-sizes", all(b >= 1 for b in job.grid_batch_sizes)),
+    ]
+    bad = [name for name, ok in checks if not ok]
+    if bad:
+        raise ConfigError(f"Invalid value for {', '.join(bad)}.")
+    return job

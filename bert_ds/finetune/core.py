@@ -1,0 +1,211 @@
+"""The fine-tuning core every task shares: model from the starting point, DeepSpeed engine, epochs
+with a progress bar, evaluation after each epoch, and selection over grid runs and restarts.
+
+A task file (glue.py, squad.py, swag.py) turns its data into `TaskData`: features (token ids and
+targets), how to score dev outputs, how to write predictions. Everything else lives here.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from bert_ds.finetune.args import BatchPlan, FinetuneConfig, RunSettings
+from bert_ds.finetune.batches import collate, outputs_per_feature
+from bert_ds.model.heads import TaskKind, finetuning_loss
+
+
+@dataclass
+class TaskData:
+    """A task's features and its task-specific pieces, built by the task file."""
+
+    name: str
+    kind: TaskKind
+    train: list[dict]
+    dev: dict[str, list[dict]]
+    """Dev set name -> features with targets (MNLI has two)."""
+    evaluate: Callable[[str, list], tuple[dict, object]]
+    """(dev set name, one output per feature) -> (metrics, predictions to write)."""
+    select: Callable[[dict], float]
+    """{dev set name: metrics} -> the score the best run maximises."""
+    flatten: Callable[[dict], dict]
+    """{dev set name: metrics} -> results.json "metrics" (official metric names)."""
+    write_outputs: Callable[..., None]
+    """(output folder, {dev set: predictions}, {test set: outputs}) -> prediction files."""
+    num_labels: int = 2
+    regression: bool = False
+    test: dict[str, list[dict]] = field(default_factory=dict)
+    export_task: dict = field(default_factory=dict)
+    """The `task` entry of the saved model's manifest (see checkpoint/hf_export.py)."""
+
+
+@dataclass
+class RunResult:
+    settings: RunSettings
+    dev_metrics: dict
+    history: list[dict]
+    dev_predictions: dict
+    test_outputs: dict
+    score: float
+
+
+def say(layout, text: str) -> None:
+    if layout.rank == 0:
+        print(text, flush=True)
+
+
+def build_model(start, task: TaskData, layout, seed: int):
+    """The encoder with --init's weights (or BERT's init) and a fresh head drawn from `seed`."""
+    from bert_ds.checkpoint.portable_load import load_portable_weights
+    from bert_ds.config import transformer_config
+    from bert_ds.model.attention import sdpa_core_attention
+    from bert_ds.model.heads import BertForFinetuning
+    from bert_ds.model.init import initialize_weights
+    from bert_ds.model.layers import layer_spec
+
+    config = start.model_config
+    spec = layer_spec(config.layer_norm_position, sdpa_core_attention(rng_fork=layout.rng_tracker.fork), rng_tracker=layout.rng_tracker)
+    model = BertForFinetuning(
+        config, transformer_config(config, layout.tensor_parallel, 1), spec, task.kind, task.num_labels,
+        pg_collection=layout.pg_collection,
+    )
+    initialize_weights(model, config, seed, layout.tp_rank, layout.tensor_parallel)
+    if start.checkpoint is not None:
+        load_portable_weights(
+            model, start.checkpoint, layout.tp_rank, layout.tensor_parallel,
+            allow_missing=("classifier.", "qa_outputs.", "bert.pooler."),
+        )
+    return model.to(layout.device)
+
+
+def _engine(job: FinetuneConfig, settings: RunSettings, model, layout, total_steps: int):
+    import deepspeed
+
+    from bert_ds.distributed import DeepSpeedMPU
+    from bert_ds.training.ds_config import build_deepspeed_config
+    from bert_ds.training.optim import parameter_groups, warmup_linear_decay
+
+    plan = BatchPlan(job, settings, layout.data_parallel)
+    ds_config, notes = build_deepspeed_config(plan, layout.data_parallel, layout.device.type)
+    optimizer = torch.optim.AdamW(parameter_groups(model, job.weight_decay), lr=settings.lr, betas=(0.9, 0.999), eps=1e-6)
+    multiplier = warmup_linear_decay(max(1, int(job.warmup_proportion * total_steps)), total_steps)
+    engine, *_ = deepspeed.initialize(
+        model=model, optimizer=optimizer, config=ds_config, mpu=DeepSpeedMPU(layout),
+        lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, multiplier),
+    )
+    return engine, plan, notes
+
+
+def _epoch_order(n: int, steps: int, batch: int, seed: int, epoch: int) -> list[int]:
+    """A seeded permutation, wrapped around so every step has a full global batch."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1009 + epoch)).tolist()
+    return (order * math.ceil(steps * batch / n))[: steps * batch]
+
+
+def train_epoch(engine, plan, task: TaskData, layout, pad_id: int, order: list[int], progress) -> float:
+    per_rank = plan.global_batch_size // layout.data_parallel
+    losses = []
+    engine.train()
+    for start in range(0, len(order), plan.global_batch_size):
+        mine = order[start + layout.dp_rank * per_rank: start + (layout.dp_rank + 1) * per_rank]
+        for first in range(0, per_rank, plan.micro_batch_size):
+            features = [task.train[i] for i in mine[first: first + plan.micro_batch_size]]
+            batch = {k: v.to(layout.device) for k, v in collate(features, task.kind, pad_id).items()}
+            logits = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+            loss = finetuning_loss(task.kind, logits, batch, task.regression)
+            engine.backward(loss)
+            engine.step()
+            losses.append(float(loss.detach()))
+        progress.update(1)
+        progress.set_postfix(loss=f"{np.mean(losses[-10:]):.4f}")
+    # Every rank saw its own part of each batch: report the mean over all of them.
+    total = torch.tensor([sum(losses), len(losses)], dtype=torch.float64, device=layout.device)
+    dist.all_reduce(total, group=layout.dp_group)
+    return float(total[0] / total[1])
+
+
+@torch.no_grad()
+def predict(engine, features: list[dict], task: TaskData, layout, pad_id: int, batch_size: int) -> list:
+    """One output per feature (logits as numpy), computed by the DP ranks in turn and gathered."""
+    engine.eval()
+    mine = list(range(layout.dp_rank, len(features), layout.data_parallel))
+    outputs = []
+    for first in range(0, len(mine), batch_size):
+        chunk = [features[i] for i in mine[first: first + batch_size]]
+        batch = {k: v.to(layout.device) for k, v in collate(chunk, task.kind, pad_id).items()}
+        logits = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        outputs += outputs_per_feature(task.kind, logits, batch["attention_mask"])
+    gathered = [None] * layout.world_size
+    dist.all_gather_object(gathered, (layout.dp_rank, layout.tp_rank, outputs))
+    by_dp = {dp: out for dp, tp, out in gathered if tp == 0}
+    merged = [None] * len(features)
+    for dp, out in by_dp.items():
+        merged[dp::layout.data_parallel] = out
+    return merged
+
+
+def run_once(job: FinetuneConfig, task: TaskData, start, layout, settings: RunSettings, keep) -> RunResult:
+    """Train one setting with one seed; evaluate after every epoch."""
+    from tqdm import tqdm
+
+    from bert_ds.distributed import reseed
+
+    reseed(layout, settings.seed, 0)  # dropout streams of this run
+    model = build_model(start, task, layout, settings.seed)
+    steps = math.ceil(len(task.train) / settings.batch_size)
+    engine, plan, notes = _engine(job, settings, model, layout, steps * settings.epochs)
+    for note in notes:
+        say(layout, note)
+    pad_id = start.tokenizer.pad_id
+    history = []
+    for epoch in range(settings.epochs):
+        began = time.perf_counter()
+        order = _epoch_order(len(task.train), steps, settings.batch_size, settings.seed, epoch)
+        # In a log file (not a terminal) a bar redrawn every 0.1 s would flood it: every 30 s there.
+        interval = 0.1 if sys.stderr.isatty() else 30.0
+        with tqdm(total=steps, desc=f"epoch {epoch + 1}/{settings.epochs}", disable=layout.rank != 0, leave=False,
+                  mininterval=interval) as bar:
+            train_loss = train_epoch(engine, plan, task, layout, pad_id, order, bar)
+        dev_metrics, dev_predictions = {}, {}
+        for name, features in task.dev.items():
+            outputs = predict(engine, features, task, layout, pad_id, job.eval_batch_size)
+            dev_metrics[name], dev_predictions[name] = task.evaluate(name, outputs)
+        history.append(dict(epoch=epoch + 1, train_loss=train_loss, dev=dev_metrics, seconds=time.perf_counter() - began))
+        shown = "; ".join(f"{n} " + ", ".join(f"{k} {v:.4f}" for k, v in m.items() if isinstance(v, float)) for n, m in dev_metrics.items())
+        say(layout, f"epoch {epoch + 1}/{settings.epochs} | train loss {train_loss:.4f} | dev {shown} | {history[-1]['seconds']:.0f}s")
+    test_outputs = {name: predict(engine, features, task, layout, pad_id, job.eval_batch_size) for name, features in task.test.items()}
+    result = RunResult(settings, dev_metrics, history, dev_predictions, test_outputs, task.select(dev_metrics))
+    keep(result, engine, model)
+    del engine, model
+    gc.collect()
+    return result
+
+
+def run_job(job: FinetuneConfig, task: TaskData, start, layout) -> dict:
+    """Every setting x restart; the best on dev is kept (results, predictions, model)."""
+    from bert_ds.finetune.outputs import ModelKeeper, write_results
+
+    settings = job.settings()
+    say(layout, f"{task.name}: {len(task.train)} training features, "
+        + ", ".join(f"{n} {len(f)}" for n, f in {**task.dev, **task.test}.items())
+        + f"; {len(settings)} run(s); starting from {start.description}")
+    keeper = ModelKeeper(job, task, start, layout)
+    results = []
+    for index, run in enumerate(settings):
+        say(layout, f"run {index + 1}/{len(settings)}: batch {run.batch_size}, lr {run.lr:g}, epochs {run.epochs}, seed {run.seed}")
+        results.append(run_once(job, task, start, layout, run, keeper.offer))
+    best = max(results, key=lambda r: r.score)
+    summary = write_results(job, task, results, best, layout)
+    if layout.rank == 0:
+        task.write_outputs(job.output, best.dev_predictions, best.test_outputs)
+    dist.barrier()
+    return summary
+

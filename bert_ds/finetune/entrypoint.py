@@ -1,0 +1,62 @@
+"""The `main()` every fine-tuning entrypoint shares: options, process group, starting point,
+parallel layout, the task's runs, and user errors as one `error:` line (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable
+
+
+def user_errors() -> tuple:
+    from bert_ds.checkpoint.zero import CheckpointError
+    from bert_ds.config import ConfigError
+    from bert_ds.data.sources import DataError
+    from bert_ds.data.tokenizer import TokenizerError
+
+    return (ConfigError, DataError, TokenizerError, CheckpointError)
+
+
+def main(
+    argv,
+    prog: str,
+    description: str,
+    add_task_arguments: Callable[[argparse.ArgumentParser], None],
+    run_tasks: Callable,
+    default_seq_length: int,
+) -> int:
+    """`run_tasks(args, job, start, layout)` fine-tunes and returns its summary dict."""
+    from bert_ds.finetune.args import add_common_arguments, config_from_args
+
+    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_task_arguments(parser)
+    add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        job = config_from_args(args, default_seq_length)
+        run_tasks(args, job, *_setup(job))
+    except user_errors() as error:
+        rank = os.environ.get("RANK", "0")
+        prefix = f"[rank {rank}] " if os.environ.get("WORLD_SIZE", "1") != "1" else ""
+        print(f"{prefix}error: {error}", file=sys.stderr)
+        return 2
+    finally:
+        from bert_ds.distributed import teardown_parallel
+
+        teardown_parallel()
+    return 0
+
+
+def _setup(job):
+    import deepspeed
+    import torch.distributed as dist
+
+    from bert_ds.distributed import backend, device, init_parallel, join_process_group
+    from bert_ds.finetune.starting_point import resolve
+
+    join_process_group()
+    start = resolve(job, dist.get_rank(), device())
+    layout = init_parallel(start.model_config, job.tensor_parallel, 1, seed=job.seed)
+    deepspeed.init_distributed(dist_backend=backend())
+    return start, layout
