@@ -1,0 +1,54 @@
+# shellcheck shell=bash
+# Sourced by slurm/finetune_{glue,squad,swag}.sh (not a batch script itself): the settings every
+# fine-tuning job shares, read from environment variables with defaults, and the srun launch.
+#   INIT        bert_ds checkpoint (ZeRO or portable) or Hugging Face BERT folder
+#               (default: $REPO/runs/bert-large, where slurm/pretrain_large.sh saves); none: random weights
+#   DATA_DIR    local data folder in the official layout (the caller sets its default); set it empty
+#               to give the data as extra arguments instead (e.g. squad.py --train-file F --dev-file F)
+#   DATASET     hub dataset id instead of DATA_DIR (e.g. nyu-mll/glue); needs hub access from the nodes
+#   OUTPUT_DIR  results.json, predictions, the selected model, logs/<job>-<task>.log (caller's default)
+#   PRESET      model size when INIT=none (default large); with INIT the checkpoint decides
+#   TP          tensor-parallel size (default 1: BERT-LARGE fine-tunes on one GPU per rank)
+#   DS_CONFIG   ds_configs/ name or JSON path (default zero1)
+#   GRID        1: the paper's batch x lr x epochs grid, best on dev kept (default 0: one setting)
+#   RESTARTS    runs per setting with seeds SEED, SEED+1, ... (default 1)
+#   BATCH_SIZE, LR, EPOCHS, MAX_SEQ_LENGTH, SEED: empty keeps the entrypoint's defaults (the squad and
+#               swag scripts default some of them to the paper's settings)
+#   PYTHON      interpreter (default: $REPO/.venv/bin/python)
+# The caller sets REPO (the checkout: BERT_DS_HOME, else the submit folder), OUTPUT_DIR and DATA_DIR.
+
+# finetune ENTRYPOINT [OPTION...]: `srun python ENTRYPOINT <common options> OPTION...`, one task per
+# GPU; the caller passes its task options, then its own "$@" (extra options, which come last).
+finetune() {
+  local entrypoint="$1"
+  shift
+  local init="${INIT:-$REPO/runs/bert-large}" python="${PYTHON:-$REPO/.venv/bin/python}"
+  local options=(
+    --output "$OUTPUT_DIR" --preset "${PRESET:-large}" --tensor-parallel "${TP:-1}"
+    --deepspeed-config "${DS_CONFIG:-zero1}" --restarts "${RESTARTS:-1}"
+  )
+  if [ "$init" != none ]; then options+=(--init "$init"); fi
+  if [ -n "${DATASET:-}" ]; then
+    options+=(--dataset "$DATASET")
+  elif [ -n "$DATA_DIR" ]; then
+    options+=(--data-dir "$DATA_DIR")
+  fi
+  if [ "${GRID:-0}" = 1 ]; then options+=(--grid); fi
+  if [ -n "${BATCH_SIZE:-}" ]; then options+=(--batch-size "$BATCH_SIZE"); fi
+  if [ -n "${LR:-}" ]; then options+=(--lr "$LR"); fi
+  if [ -n "${EPOCHS:-}" ]; then options+=(--epochs "$EPOCHS"); fi
+  if [ -n "${MAX_SEQ_LENGTH:-}" ]; then options+=(--max-seq-length "$MAX_SEQ_LENGTH"); fi
+  if [ -n "${SEED:-}" ]; then options+=(--seed "$SEED"); fi
+
+  # Rendezvous: the job's first node; a port derived from the job id (bert_ds.launcher does the same).
+  MASTER_ADDR="${MASTER_ADDR:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}"
+  MASTER_PORT="${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 40000))}"
+  export MASTER_ADDR MASTER_PORT
+  mkdir -p "$OUTPUT_DIR/logs"
+
+  echo "bert_ds: job $SLURM_JOB_ID, $SLURM_NTASKS task(s), $entrypoint from $init, output $OUTPUT_DIR"
+  # One process per GPU; bert_ds reads SLURM_PROCID etc. Each task logs to OUTPUT_DIR/logs/<job>-<task>.log.
+  # Task options and "$@" come after the common ones: later options win, so extra arguments override.
+  srun --kill-on-bad-exit=1 --output "$OUTPUT_DIR/logs/%j-%t.log" \
+    "$python" "$REPO/$entrypoint" "${options[@]}" "$@"
+}

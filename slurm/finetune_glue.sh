@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Fine-tune BERT on GLUE (bert_ds/finetune/glue.py) on one node: BERT-LARGE fits one GPU per rank,
+# so the 8 GPUs run data parallel.
+#   cd /path/to/bert_ds && INIT=/path/to/checkpoint sbatch slurm/finetune_glue.sh [extra glue.py options]
+# Edit the #SBATCH lines for your cluster; everything else is an environment variable with a default
+# (the shared ones are listed in slurm/_finetune_common.sh):
+#   TASK        a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli) or all (default): all
+#               runs the nine tasks one after another into OUTPUT_DIR/<task>/ and writes the GLUE
+#               average (without WNLI) to OUTPUT_DIR/results.json. With GRID=1 (18 settings per task)
+#               submit one job per task instead: for t in cola sst2 ...; do TASK=$t GRID=1 sbatch ...; done
+#   DATA_DIR    glue_data folder as GLUE's download script writes it (default $REPO/glue_data)
+#   DATASET     or a hub id, e.g. nyu-mll/glue
+#   OUTPUT_DIR  default $REPO/runs/glue-$TASK
+# GRID=1 searches args.py's grid (the paper's appendix A.3); the paper's Table 1 recipe instead is batch 32,
+# 3 epochs, the best lr of 5e-5..2e-5 on dev, with restarts for LARGE on the small tasks:
+#   TASK=rte GRID=1 RESTARTS=5 sbatch slurm/finetune_glue.sh --grid-batch-sizes 32 --grid-lrs 5e-5,4e-5,3e-5,2e-5 --grid-epochs 3
+# No requeue: fine-tuning keeps no resumable state; a resubmitted job starts over (results are replaced).
+#SBATCH --job-name=bert-glue
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=8
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=12
+#SBATCH --time=24:00:00
+#SBATCH --partition=gpu
+#SBATCH --output=slurm-%x-%j.out
+set -euo pipefail
+
+REPO="${BERT_DS_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}"
+TASK="${TASK:-all}"
+DATA_DIR="${DATA_DIR-$REPO/glue_data}"
+OUTPUT_DIR="${OUTPUT_DIR:-$REPO/runs/glue-$TASK}"
+# shellcheck source=SCRIPTDIR/_finetune_common.sh
+source "$REPO/slurm/_finetune_common.sh"
+finetune bert_ds/finetune/glue.py --task "$TASK" "$@"
