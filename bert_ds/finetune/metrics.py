@@ -181,7 +181,7 @@ def squad_v1_metrics(golds: Mapping[str, Sequence[str]], predictions: Mapping[st
     """{"exact_match", "f1"} in percent over every question of `golds` (question id -> gold
     answer texts). Every question needs a prediction (ValueError otherwise)."""
     exact, f1 = _raw_scores(golds, predictions, version_2=False)
-    return {"exact_match": 100.0 * np.mean(list(exact.values())), "f1": 100.0 * np.mean(list(f1.values()))}
+    return {"exact_match": 100.0 * float(np.mean(list(exact.values()))), "f1": 100.0 * float(np.mean(list(f1.values())))}
 
 
 def best_threshold(
