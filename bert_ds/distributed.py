@@ -36,6 +36,21 @@ def is_gpu(device_type: str) -> bool:
     return device_type == "cuda"
 
 
+def synchronize() -> None:
+    """Wait for queued device work (timing GPU code needs it; a no-op on the CPU)."""
+    if device().type == "cuda":
+        torch.cuda.synchronize()
+
+
+def autocast(precision: str):
+    """A context running a plain torch model in `precision` (fp32/bf16/fp16) on this device."""
+    import contextlib
+
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device().type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+
+
 def backend() -> str:
     """The collective backend matching `device()`: nccl on GPUs, gloo on CPUs."""
     return "nccl" if device().type == "cuda" else "gloo"

@@ -8,6 +8,7 @@ the options.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import signal
 import sys
@@ -27,7 +28,10 @@ from bert_ds.data.sources import DataError  # noqa: E402
 from bert_ds.data.tokenizer import TokenizerError  # noqa: E402
 from bert_ds.training.args import RunConfig, parse_args  # noqa: E402
 
+from bert_ds.training.health import TrainingDiverged  # noqa: E402
+
 USER_ERRORS = (ConfigError, DataError, TokenizerError, checkpoints.CheckpointError)
+EXIT_DIVERGED = 3  # non-finite steps: stopped without saving, the last checkpoint is the good state
 
 
 @dataclasses.dataclass
@@ -57,14 +61,16 @@ class StopRequest:
     def _record(self, number, _frame):
         self.signal = self.signal or number
 
-    def agreed(self, layout) -> int:
-        """Collective: the signal any rank received (ranks get it at different moments)."""
+    def agreed(self, layout, nonfinite_loss: bool, skipped: bool) -> tuple[int, bool, bool]:
+        """Collective: (the signal any rank received, whether any rank's loss was not finite,
+        whether the update was skipped); ranks get signals at different moments."""
         import torch
         import torch.distributed as dist
 
-        flag = torch.tensor([int(self.signal)], device=layout.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return int(flag.item())
+        flags = torch.tensor([int(self.signal), int(nonfinite_loss), int(skipped)], device=layout.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        signal_number, nonfinite, skip = flags.tolist()
+        return signal_number, bool(nonfinite), bool(skip)
 
 
 def setup_tokenizer(run: RunConfig):
@@ -150,39 +156,57 @@ def train(run: RunConfig, engine, model, loader, layout, model_config, state: Tr
     """The loop: optimizer steps, logging every --log-interval, checkpoints every --save-interval."""
     from bert_ds.training.steps import StepResult, pipeline_step, plain_step, reduce_step_results
 
+    from bert_ds.training import faults
+    from bert_ds.training.health import ExampleLog, NonFiniteSteps
+
     pipeline = layout.pipeline_parallel > 1
     accumulation = run.validate_batch(layout.data_parallel)
     batches = iter(loader)
+    if run.example_log:
+        batches = ExampleLog(run.example_log, layout, state.step).wrap(batches, lambda: state.step + 1)
     window, window_start, saved_at = StepResult(), time.perf_counter(), state.step
     last_step = min(run.train_steps, run.stop_at_step or run.train_steps)
-    stop = StopRequest()
+    stop, health = StopRequest(), NonFiniteSteps(run.max_skipped_steps)
     while state.step < last_step:
-        state.stopped_by = stop.agreed(layout)
-        if state.stopped_by:
-            logger.message(f"received {signal.Signals(state.stopped_by).name}: saving and stopping at step {state.step}")
-            break
-        lr = engine.get_lr()[0]
+        lr, skipped_before = engine.get_lr()[0], engine.skipped_steps
         if pipeline:
             result = pipeline_step(engine, batches, accumulation, layout.device, model)
         else:
-            result = plain_step(engine, batches, accumulation, layout.device)
+            poison = faults.poisoned(state.step + 1, layout.rank)
+            result = plain_step(engine, batches, accumulation, layout.device, poison)
         window.add(result)
         state.step += 1
         state.consumed_samples += run.global_batch_size
+        faults.at("step", state.step, layout.rank)
+        state.stopped_by, nonfinite, skipped = stop.agreed(layout, not math.isfinite(result.loss), engine.skipped_steps > skipped_before)
+        health.record(state.step, nonfinite, skipped, logger.message)
         save_due = bool(run.save and run.save_interval and state.step % run.save_interval == 0)
         # A checkpoint also closes the logging window, so its token count includes every step.
-        if state.step % run.log_interval == 0 or state.step == last_step or save_due:
+        if state.step % run.log_interval == 0 or state.step == last_step or save_due or state.stopped_by:
             total = reduce_step_results(window, layout, pipeline)
             elapsed = time.perf_counter() - window_start
             state.consumed_tokens += int(total.tokens)
             logger.log(_metrics(state, total, lr, engine, elapsed, model_config, run))
             window, window_start = StepResult(), time.perf_counter()
+        if state.stopped_by:
+            logger.message(f"received {signal.Signals(state.stopped_by).name}: saving and stopping at step {state.step}")
+            break
         if save_due:
-            save(run, engine, model, loader, layout, state, model_config, logger)
-            saved_at = state.step
+            saved_at = _save_or_warn(run, engine, model, loader, layout, state, model_config, logger, saved_at)
     if run.save and saved_at != state.step:
-        save(run, engine, model, loader, layout, state, model_config, logger)
+        save(run, engine, model, loader, layout, state, model_config, logger)  # the final one: failing it is an error
     return state
+
+
+def _save_or_warn(run, engine, model, loader, layout, state, model_config, logger, saved_at: int) -> int:
+    """A periodic checkpoint; if it cannot be written (full disk...), say so and train on: the
+    previous checkpoint is intact and the next interval tries again."""
+    try:
+        save(run, engine, model, loader, layout, state, model_config, logger)
+        return state.step
+    except checkpoints.CheckpointError as error:
+        logger.message(f"error: {error} Training continues; the next checkpoint is due at step {state.step + run.save_interval}.")
+        return saved_at
 
 
 def _metrics(state, total, lr, engine, elapsed, model_config, run) -> dict:
@@ -206,6 +230,7 @@ def _metrics(state, total, lr, engine, elapsed, model_config, run) -> dict:
         nsp_accuracy=total.nsp_accuracy / total.has_nsp if total.has_nsp else None,
         lr=lr,
         grad_norm=float(grad_norm) if grad_norm is not None else None,
+        skipped_steps=int(engine.skipped_steps),
         tokens_per_s=total.tokens / elapsed,
         samples_per_s=total.samples / elapsed,
         model_flops_per_s=flops * total.samples / elapsed,
@@ -238,8 +263,8 @@ def run_pretraining(run: RunConfig) -> PretrainingRun:
         f"PP {layout.pipeline_parallel} x DP {layout.data_parallel} | objective {run.objective} | "
         f"global batch {run.global_batch_size} x {run.seq_length} tokens | {run.train_steps} steps")
     loader = setup_data(run, tokenizer, layout)
-    if run.save and layout.rank == 0:
-        checkpoints.save_tokenizer(run.save, tokenizer)
+    if run.save:
+        checkpoints.prepare_save_dir(run.save, tokenizer)  # an unwritable --save fails here, not hours later
     state = resume(run, engine, model, loader, layout, model_config)
     logger = MetricsLogger(
         total_steps=run.train_steps, metrics_file=run.metrics_file, tensorboard_dir=run.tensorboard_dir,
@@ -260,10 +285,16 @@ def main(argv=None) -> int:
         teardown_parallel()
         return EXIT_CODE_FOR_SIGNAL.get(finished.state.stopped_by, 0)
     except USER_ERRORS as error:
-        rank = os.environ.get("RANK", "0")
-        prefix = f"[rank {rank}] " if os.environ.get("WORLD_SIZE", "1") != "1" else ""
-        print(f"{prefix}error: {error}", file=sys.stderr)
-        return 2
+        return _report(error, 2)
+    except TrainingDiverged as error:
+        return _report(error, EXIT_DIVERGED)
+
+
+def _report(error: Exception, code: int) -> int:
+    rank = os.environ.get("RANK", "0")
+    prefix = f"[rank {rank}] " if os.environ.get("WORLD_SIZE", "1") != "1" else ""
+    print(f"{prefix}error: {error}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import torch
 import torch.multiprocessing as mp
@@ -90,7 +91,17 @@ def run_entrypoint(script: str, args: list[str], nproc: int = 1, cache_dir: str 
     env["OMP_NUM_THREADS"] = "1" if nproc > 1 else "2"
     if cache_dir:
         env["BERT_DS_CACHE"] = cache_dir
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    # A session of its own: on a timeout the whole job (launcher and every rank) is killed, so a
+    # hung test leaves no training processes behind to slow down the next ones.
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+                          start_new_session=True) as job:
+        try:
+            stdout, stderr = job.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.communicate()
+            raise
+    return subprocess.CompletedProcess(command, job.returncode, stdout, stderr)
 
 
 def read_metrics(path) -> list[dict]:

@@ -54,20 +54,54 @@ def complete_tags(save_dir: Path) -> list[str]:
 
 
 def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict, keep_last: Optional[int]) -> Path:
-    """Collective: every rank calls it. Returns the tag folder once the checkpoint is complete."""
+    """Collective: every rank calls it. Returns the tag folder once the checkpoint is complete.
+
+    A write that fails on any rank (full disk, unwritable folder) fails the save on every rank
+    with one CheckpointError naming the rank and the error; the partial folder is removed and
+    `latest` still names the previous checkpoint, untouched.
+    """
+    from bert_ds.training import faults
+
     root = Path(save_dir)
     tag = tag_for_step(step)
     tag_dir = root / tag
-    if dist.get_rank() == 0:
-        root.mkdir(parents=True, exist_ok=True)
-        if (tag_dir / COMPLETE).exists():  # re-saving a step (e.g. after a resume): replace it whole
-            (tag_dir / COMPLETE).unlink()
-    dist.barrier()
-    engine.save_checkpoint(str(root), tag=tag, client_state=client_state, save_latest=False)
-    torch.save(rank_state, rank_file(tag_dir, dist.get_rank()))
-    dist.barrier()  # every rank has written its files
-    if dist.get_rank() == 0:
-        marker = dict(step=step, world_size=dist.get_world_size(), layout=rank_state["layout"]["sizes"], time=time.time())
+    rank = dist.get_rank()
+    failure = ""
+    if rank == 0:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            if (tag_dir / COMPLETE).exists():  # re-saving a step (e.g. after a resume): replace it whole
+                (tag_dir / COMPLETE).unlink()
+        except OSError as error:
+            failure = f"{error}"
+    failures = _gather_failures(failure)
+    if failures:
+        raise CheckpointError(f"Cannot write checkpoint {tag_dir}: {'; '.join(failures)}")
+    try:
+        with faults.failing_writes(engine, step, rank):
+            engine.save_checkpoint(str(root), tag=tag, client_state=client_state, save_latest=False)
+    except (OSError, RuntimeError) as error:  # torch.save reports some write errors as RuntimeError
+        failure = f"rank {rank}: {error}"
+        dist.barrier()  # the barrier DeepSpeed's save ends with, so the other ranks are not left waiting
+    if not failure:
+        faults.at("save-middle", step, rank)
+        try:
+            torch.save(rank_state, rank_file(tag_dir, rank))
+        except (OSError, RuntimeError) as error:
+            failure = f"rank {rank}: {error}"
+    failures = _gather_failures(failure)
+    if failures:
+        if rank == 0:
+            shutil.rmtree(tag_dir, ignore_errors=True)
+        dist.barrier()
+        previous = latest_complete_tag(str(root))
+        kept = f"the previous checkpoint {root / previous} is intact" if previous else "there is no earlier checkpoint"
+        raise CheckpointError(f"Saving checkpoint {tag_dir} failed ({'; '.join(failures)}); {kept}.")
+    faults.at("save-end", step, rank)
+    if rank == 0:
+        files = {str(p.relative_to(tag_dir)): p.stat().st_size for p in sorted(tag_dir.rglob("*")) if p.is_file()}
+        marker = dict(step=step, world_size=dist.get_world_size(), layout=rank_state["layout"]["sizes"],
+                      time=time.time(), files=files)
         _write_atomically(tag_dir / COMPLETE, json.dumps(marker))
         _write_atomically(root / LATEST, tag)
         if keep_last:
@@ -77,14 +111,47 @@ def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict,
     return tag_dir
 
 
-def save_tokenizer(save_dir: str, tokenizer) -> None:
-    """Keep the run's tokenizer beside its checkpoints (rank 0, once)."""
-    folder = Path(save_dir) / TOKENIZER_DIR
-    if not folder.is_dir():
-        staging = folder.with_name(TOKENIZER_DIR + ".tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        tokenizer.save(staging)
-        os.replace(staging, folder)
+def _gather_failures(failure: str) -> list[str]:
+    """Collective: every rank's failure message (empty list: all succeeded)."""
+    messages = [None] * dist.get_world_size()
+    dist.all_gather_object(messages, failure)
+    return [m for m in messages if m]
+
+
+def verify(tag_dir: Path) -> None:
+    """Every file the completion marker lists is there with its size: a CheckpointError names the
+    first that is missing or truncated (a cheap check before any rank starts loading)."""
+    marker_file = tag_dir / COMPLETE
+    try:
+        marker = json.loads(marker_file.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{marker_file} is unreadable: {error}") from None
+    for name, size in marker.get("files", {}).items():
+        path = tag_dir / name
+        if not path.is_file():
+            raise CheckpointError(f"Checkpoint file {path} is missing.")
+        if path.stat().st_size != size:
+            raise CheckpointError(f"Checkpoint file {path} is truncated or changed: {path.stat().st_size} bytes, {size} written.")
+
+
+def prepare_save_dir(save_dir: str, tokenizer) -> None:
+    """Collective: create --save and keep the run's tokenizer in it (rank 0, once), so that an
+    unwritable folder is one clear error at start-up on every rank."""
+    failure = ""
+    if dist.get_rank() == 0:
+        try:
+            folder = Path(save_dir) / TOKENIZER_DIR
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            if not folder.is_dir():
+                staging = folder.with_name(TOKENIZER_DIR + ".tmp")
+                shutil.rmtree(staging, ignore_errors=True)
+                tokenizer.save(staging)
+                os.replace(staging, folder)
+        except OSError as error:
+            failure = f"--save {save_dir} is not writable: {error}"
+    failures = _gather_failures(failure)
+    if failures:
+        raise CheckpointError(failures[0])
 
 
 def saved_layout(load_dir: str, tag: str) -> Optional[dict]:

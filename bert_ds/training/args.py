@@ -77,6 +77,14 @@ class RunConfig:
     stop_at_step: Optional[int] = None
     """Leave the loop after this step (saving a checkpoint when --save is set) as if interrupted;
     the schedule still follows --train-steps. For time-sliced jobs and resume tests."""
+    fallback_to_previous: bool = False
+    """When the latest checkpoint is damaged (a file missing or truncated), resume from the newest
+    intact earlier one instead of stopping."""
+    max_skipped_steps: int = 20
+    """Stop after this many consecutive steps whose gradients were not finite (each is skipped)."""
+    example_log: Optional[str] = None
+    """Write each step's example ids to EXAMPLE_LOG.dpN (one file per data-parallel rank); on resume
+    the log is cut back to the checkpoint's step, so it lists exactly the examples trained on."""
     log_interval: int = 10
     metrics_file: Optional[str] = None
     tensorboard_dir: Optional[str] = None
@@ -148,6 +156,9 @@ def _parser() -> argparse.ArgumentParser:
     add("--load", default=None, help="resume from the latest complete checkpoint in this folder")
     add("--auto-resume", action="store_true", help="resume from --save when it holds a checkpoint")
     add("--stop-at-step", type=int, default=None, help="stop after this step (checkpointing if --save), as if interrupted")
+    add("--fallback-to-previous", action="store_true", help="resume from the previous checkpoint if the latest is damaged")
+    add("--max-skipped-steps", type=int, default=20, help="stop after this many consecutive non-finite steps")
+    add("--example-log", default=None, help="log each step's example ids to PATH.dpN (for audits and tests)")
     add("--log-interval", type=int, default=10)
     add("--metrics-file", default=None, help="JSON Lines file, one object per logged step")
     add("--tensorboard-dir", default=None)
@@ -174,7 +185,7 @@ def parse_args(argv: Optional[list[str]] = None) -> RunConfig:
 
 def _check(run: RunConfig) -> None:
     problems = []
-    for name in ("train_steps", "micro_batch_size", "global_batch_size", "log_interval"):
+    for name in ("train_steps", "micro_batch_size", "global_batch_size", "log_interval", "max_skipped_steps"):
         if getattr(run, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(run, name)}")
     for name in ("warmup_steps", "save_interval", "num_workers"):

@@ -99,6 +99,9 @@ def resume(run, engine, model, loader, layout, model_config) -> Resumed:
         load_dir, tag = str(Path(load_dir).parent), Path(load_dir).name
     else:
         tag = checkpoints.require_latest(load_dir)
+    tag, fallback_note = _intact(load_dir, tag, run.fallback_to_previous)
+    if fallback_note and layout.rank == 0:
+        print(fallback_note, flush=True)
     saved = checkpoints.saved_layout(load_dir, tag)
     if saved is not None and saved != layout_sizes(layout, run):
         portable = _converted(Path(load_dir) / tag, layout, saved, layout_sizes(layout, run))
@@ -109,6 +112,25 @@ def resume(run, engine, model, loader, layout, model_config) -> Resumed:
     load_rng_state_dict(layout, rank_state["rng"])
     note = _seq_note(saved_seq, run.seq_length)
     return Resumed(client["state"], f"resumed from {Path(load_dir) / tag} at step {client['state']['step']}{note}")
+
+
+def _intact(load_dir: str, tag: str, fallback: bool) -> tuple[str, str]:
+    """`tag` if its files are all there, else (with `fallback`) the newest earlier complete tag
+    whose files are; a CheckpointError names the damaged file otherwise."""
+    try:
+        checkpoints.verify(Path(load_dir) / tag)
+        return tag, ""
+    except CheckpointError as damage:
+        if not fallback:
+            raise CheckpointError(f"{damage} Pass --fallback-to-previous to resume from the previous complete checkpoint.") from None
+        problem = str(damage)
+    for earlier in reversed([t for t in checkpoints.complete_tags(Path(load_dir)) if t < tag]):
+        try:
+            checkpoints.verify(Path(load_dir) / earlier)
+        except CheckpointError:
+            continue
+        return earlier, f"{problem} Falling back to the previous complete checkpoint {Path(load_dir) / earlier}."
+    raise CheckpointError(f"{problem} No earlier complete checkpoint in {load_dir} is intact either.")
 
 
 def _seq_note(saved_seq: int, seq: int) -> str:

@@ -56,8 +56,9 @@ def to_device(batch: dict, device: torch.device) -> dict:
     return {name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()}
 
 
-def plain_step(engine, batches: Iterator[dict], accumulation: int, device: torch.device) -> StepResult:
-    """`accumulation` micro-batches of forward/backward, then one optimizer step."""
+def plain_step(engine, batches: Iterator[dict], accumulation: int, device: torch.device, poison: bool = False) -> StepResult:
+    """`accumulation` micro-batches of forward/backward, then one optimizer step. `poison` makes
+    the loss NaN (training/faults.py: the injected-divergence test)."""
     result = StepResult()
     for _ in range(accumulation):
         batch = to_device(next(batches), device)
@@ -66,6 +67,8 @@ def plain_step(engine, batches: Iterator[dict], accumulation: int, device: torch
         losses = pretraining_loss(
             out.mlm_logits, batch["labels"][loss_mask], out.nsp_logits, batch.get("next_sentence_label")
         )
+        if poison:
+            losses.loss = losses.loss * float("nan")
         engine.backward(losses.loss)  # DeepSpeed divides by the accumulation steps
         engine.step()  # applies the update only at the accumulation boundary
         micro = _count(batch)

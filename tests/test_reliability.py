@@ -1,0 +1,119 @@
+"""Kills, damaged checkpoints, full disks and diverging losses: real 1-2 process jobs with faults
+injected at exact points (bert_ds/training/faults.py)."""
+
+import os
+import random
+import time
+
+import pytest
+import torch
+
+from tests.helpers import read_metrics, run_pretrain
+
+TINY = ["--preset", "tiny", "--log-interval", "1", "--save-interval", "2"]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("bert_ds_cache"))
+
+
+def _job(args, cache, nproc=1, faults="", timeout=180):
+    os.environ.pop("BERT_DS_FAULTS", None)
+    if faults:
+        os.environ["BERT_DS_FAULTS"] = faults
+    try:
+        return run_pretrain(args, nproc=nproc, cache_dir=cache, timeout=timeout)
+    finally:
+        os.environ.pop("BERT_DS_FAULTS", None)
+
+
+def _final_state(save, step):
+    from bert_ds.checkpoint.convert import read_full_state
+
+    full, adam_step, _ = read_full_state(save / f"step{step:08d}")
+    return full, adam_step
+
+
+def test_killed_ten_times_ends_exactly_like_an_uninterrupted_run(tmp_path, cache):
+    """A 2-rank run SIGKILLed at 10 seeded points (after steps, and in the middle and at the end of
+    saves, on either rank), resumed each time, ends with bitwise the weights and Adam moments of an
+    uninterrupted run, and its example log lists exactly the same examples per step."""
+    steps = 14
+    common = TINY + ["--train-steps", str(steps), "--zero-stage", "2", "--dropout", "0"]
+    straight = tmp_path / "straight"
+    result = _job(common + ["--save", str(straight), "--example-log", str(tmp_path / "straight.ids")], cache, nproc=2)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    rng = random.Random(20261129)
+    points = sorted(rng.sample(range(1, steps), 10))
+    faults = []
+    for step in points:
+        point = rng.choice(["step", "save-middle", "save-end"]) if step % 2 == 0 else "step"
+        faults.append(f"kill:{point}:{step}:{rng.randint(0, 1)}")
+    killed = tmp_path / "killed"
+    args = common + ["--save", str(killed), "--auto-resume", "--example-log", str(tmp_path / "killed.ids")]
+    for fault in faults:
+        began = time.monotonic()
+        result = _job(args, cache, nproc=2, faults=fault)
+        assert result.returncode != 0, f"{fault} did not stop the run"
+        assert time.monotonic() - began < 120, f"{fault}: the surviving rank did not exit in time"
+        assert "Traceback" not in result.stdout
+    result = _job(args, cache, nproc=2)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    (ours, our_step), (theirs, their_step) = _final_state(killed, steps), _final_state(straight, steps)
+    assert our_step == their_step and ours.keys() == theirs.keys()
+    for name in ours:
+        for kind in ours[name]:
+            assert torch.equal(ours[name][kind], theirs[name][kind]), (name, kind)
+    for dp in (0, 1):
+        assert (tmp_path / f"killed.ids.dp{dp}").read_text() == (tmp_path / f"straight.ids.dp{dp}").read_text()
+    uids = [u for dp in (0, 1) for line in (tmp_path / f"killed.ids.dp{dp}").read_text().splitlines() for u in line.split()[1:]]
+    assert len(uids) == len(set(uids)) == steps * 16  # 16 examples per step (tiny preset), none twice
+
+
+def test_truncated_checkpoint_is_named_and_fallback_only_when_asked(tmp_path, cache):
+    save = tmp_path / "ckpt"
+    assert _job(TINY + ["--train-steps", "4", "--save", str(save)], cache).returncode == 0
+    damaged = save / "step00000004" / "mp_rank_00_model_states.pt"
+    damaged.write_bytes(damaged.read_bytes()[:1000])
+    refused = _job(TINY + ["--train-steps", "6", "--load", str(save)], cache)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert str(damaged) in refused.stderr and "--fallback-to-previous" in refused.stderr
+    metrics = tmp_path / "m.jsonl"
+    resumed = _job(TINY + ["--train-steps", "6", "--load", str(save), "--fallback-to-previous", "--metrics-file", str(metrics)], cache)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Falling back" in resumed.stdout and "step00000002" in resumed.stdout
+    assert [m["step"] for m in read_metrics(metrics)] == [3, 4, 5, 6]
+
+
+def test_full_disk_while_saving_keeps_training_and_the_previous_checkpoint(tmp_path, cache):
+    save = tmp_path / "ckpt"
+    result = _job(TINY + ["--train-steps", "6", "--save", str(save)], cache, nproc=2, faults="enospc:save:4:1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "No space left on device" in result.stdout and "step00000002 is intact" in result.stdout
+    assert sorted(p.name for p in save.glob("step*")) == ["step00000002", "step00000006"]
+    assert (save / "latest").read_text() == "step00000006"
+
+
+def test_unwritable_save_folder_fails_at_start(tmp_path, cache):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = _job(TINY + ["--train-steps", "2", "--save", str(blocker / "ckpt")], cache)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "not writable" in result.stderr and str(blocker) in result.stderr
+
+
+def test_non_finite_steps_are_skipped_then_stop_the_run(tmp_path, cache):
+    metrics = tmp_path / "m.jsonl"
+    skipped = _job(TINY + ["--train-steps", "6", "--metrics-file", str(metrics)], cache, faults="nan:step:3,nan:step:4")
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    logged = read_metrics(metrics)
+    assert [m["skipped_steps"] for m in logged] == [0, 0, 1, 2, 2, 2]
+    assert all(m["loss"] == m["loss"] for m in logged[4:])  # finite again after the skipped steps
+    save = tmp_path / "ckpt"
+    stopped = _job(TINY + ["--train-steps", "8", "--save", str(save), "--max-skipped-steps", "3"], cache,
+                   faults="nan:step:3,nan:step:4,nan:step:5")
+    assert stopped.returncode == 3 and "3 consecutive steps (3-5)" in stopped.stderr
+    assert (save / "latest").read_text() == "step00000004"  # nothing written after the run went bad
