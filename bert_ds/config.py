@@ -224,6 +224,8 @@ class DataConfig:
             problems.append(f"block_documents {self.block_documents} must be at least 2 (NSP needs a second document)")
         if self.num_workers < 0:
             problems.append(f"num_workers {self.num_workers} must be >= 0")
+        if not 0 <= self.seed < 2**32:  # numpy's generators refuse negative seeds; ids pack it in 64 bits
+            problems.append(f"seed {self.seed} must be in [0, 2**32)")
         if problems:
             raise ConfigError("Invalid data configuration: " + "; ".join(problems) + ".")
 

@@ -98,7 +98,7 @@ def setup_engine(run: RunConfig, model_config, layout):
     import deepspeed
 
     from bert_ds.distributed import DeepSpeedMPU
-    from bert_ds.training.ds_config import build_deepspeed_config, optimizer_offloaded, zero_stage
+    from bert_ds.training.ds_config import build_deepspeed_config, optimizer_offloaded, skip_single_replica_allreduce, zero_stage
     from bert_ds.training.optim import build_optimizer, build_scheduler
 
     ds_config, notes = build_deepspeed_config(run, layout.data_parallel, layout.device.type)
@@ -114,10 +114,11 @@ def setup_engine(run: RunConfig, model_config, layout):
         if zero_stage(ds_config) == 3:
             # The MLM decoder reads the word-embedding matrix outside the embedding's own forward.
             deepspeed.zero.register_external_parameter(model.lm_head, model.bert.embeddings.word_embeddings.weight)
-    optimizer = build_optimizer(run, model, layout.device.type, optimizer_offloaded(ds_config))
+    optimizer = build_optimizer(run, model, layout.device.type, optimizer_offloaded(ds_config), zero_stage(ds_config))
     engine, *_ = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=build_scheduler(run), config=ds_config, mpu=mpu
     )
+    skip_single_replica_allreduce(engine, layout.data_parallel)
     return engine, model, notes
 
 

@@ -3,7 +3,9 @@
 DeepSpeed's ZeRO-1/2 optimizer files hold, per rank, flat fp32 partitions of its parameter
 groups plus `param_slice_mappings` (where each parameter's piece lies in the partition). Pieces
 of one parameter, taken in data-parallel order, concatenate to this tensor-parallel rank's whole
-parameter; the TP slices then concatenate along the dimension megatron split. Each rank file of
+parameter; the TP slices then concatenate along the dimension megatron split. Without ZeRO
+(stage 0, the fp32 default at DP=1) the weights are in DeepSpeed's model file and the moments in
+torch's optimizer state, by position in the parameter groups. Each rank file of
 ours records what this needs (its place in the layout, parameter names -> full names, shapes, TP
 dimensions), so no model has to be built here.
 """
@@ -83,15 +85,39 @@ def _tp_local_tensors(tag_dir: Path, ranks: list[dict], with_moments: bool) -> t
     return tensors, dict(step=step)
 
 
+def _tp_local_tensors_without_zero(tag_dir: Path, ranks: list[dict], with_moments: bool) -> tuple[dict, dict]:
+    """The same for a run without ZeRO: weights in DeepSpeed's model file (written by DP rank 0),
+    Adam moments in its torch optimizer state, keyed by position in the parameter groups."""
+    record = min(ranks, key=lambda r: r["layout"]["dp_rank"])["layout"]
+    states = _load(tag_dir / record["model_file"])
+    module, optimizer = states["module"], states.get("optimizer")
+    if with_moments and (optimizer is None or record.get("optimizer_order") is None):
+        raise CheckpointError(f"{tag_dir / record['model_file']} holds no optimizer state to convert.")
+    tensors = {full: {"fp32": module[local].float()} for local, full in record["names"].items()}
+    step = None
+    if with_moments:
+        order = [full for group in record["optimizer_order"] for full in group]
+        for index, full in enumerate(order):
+            state = optimizer["state"].get(index, {})
+            for moment in MOMENTS:
+                tensors[full][moment] = state[moment] if moment in state else torch.zeros_like(tensors[full]["fp32"])
+            if "step" in state:
+                step = int(state["step"])
+    return tensors, dict(step=step)
+
+
 def read_full_state(tag_dir: Path, with_moments: bool = True) -> tuple[dict, Optional[int], list[dict]]:
     """({full name: {"fp32": t, "exp_avg": t, ...}} at full size, Adam step, rank records)."""
     records = read_rank_files(tag_dir)
     first = records[0]["layout"]
-    if first["zero_stage"] not in (1, 2):
+    stage = first["zero_stage"]
+    if stage not in (0, 1, 2) or (stage == 0 and first["pipeline_parallel"] > 1):
         raise CheckpointError(
-            f"Checkpoint {tag_dir} uses ZeRO stage {first['zero_stage']}; only stage 1 and 2 checkpoints "
-            "can be converted (resume a stage-0/3 run with the layout that wrote it)."
+            f"Checkpoint {tag_dir} uses ZeRO stage {stage}{' with pipeline stages' if stage == 0 else ''}; only "
+            "ZeRO-0 (without pipelines), ZeRO-1 and ZeRO-2 checkpoints can be converted (resume it with the "
+            "layout that wrote it)."
         )
+    read_place = _tp_local_tensors if stage > 0 else _tp_local_tensors_without_zero
     by_place: dict[tuple[int, int], list[dict]] = {}
     for record in records:
         place = (record["layout"]["pp_rank"], record["layout"]["tp_rank"])
@@ -99,7 +125,7 @@ def read_full_state(tag_dir: Path, with_moments: bool = True) -> tuple[dict, Opt
     full: dict[str, dict[str, torch.Tensor]] = {}
     step = None
     for pp_rank in range(first["pipeline_parallel"]):
-        slices = [_tp_local_tensors(tag_dir, by_place[(pp_rank, tp)], with_moments) for tp in range(first["tensor_parallel"])]
+        slices = [read_place(tag_dir, by_place[(pp_rank, tp)], with_moments) for tp in range(first["tensor_parallel"])]
         step = slices[0][1]["step"] if step is None else step
         dims = {}
         for record in by_place[(pp_rank, 0)]:

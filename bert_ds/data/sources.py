@@ -14,8 +14,12 @@ corrupt Parquet footer is reported by name rather than from inside a reader.
 
 from __future__ import annotations
 
+import codecs
 import glob
+import json
+import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
@@ -73,8 +77,8 @@ def parse_sources(specs: list[str] | None) -> list[DataSource]:
                 weight = float(weight_text)
             except ValueError:
                 raise DataError(f"Data source {spec!r}: weight {weight_text!r} is not a number.") from None
-            if weight <= 0:
-                raise DataError(f"Data source {spec!r}: weight must be positive, got {weight}.")
+            if not (weight > 0 and math.isfinite(weight)):
+                raise DataError(f"Data source {spec!r}: weight must be positive and finite, got {weight}.")
         if not location:
             raise DataError(f"Data source {spec!r} names no location.")
         sources.append(DataSource(name or _default_name(location, len(sources)), location, weight))
@@ -124,10 +128,69 @@ def local_files(source: DataSource) -> list[str]:
 
 
 def check_sources(sources: list[DataSource]) -> None:
-    """Check every local source's files now, so a bad path fails at start-up, not mid-run in a worker."""
+    """Check every local source's files now, so a bad path fails at start-up, not mid-run in a worker.
+    JSON files are also checked for what the JSON reader of `datasets` cannot open (see
+    `_check_json_records`)."""
     for source in sources:
         if not source.is_hub:
-            local_files(source)
+            files = local_files(source)
+            if _FORMATS[Path(files[0]).suffix] == "json":
+                for path in files:
+                    _check_json_records(source, path)
+                if all(os.path.getsize(path) == 0 for path in files):
+                    raise DataError(f"Data source {source.name!r}: its files are empty: {source.location}")
+
+
+# A line whose JSON value is `null`. pyarrow's JSON reader (inside `datasets`) kills the process
+# with a segmentation fault when one of its blocks starts with such a line, so these records are
+# refused by name before any reader sees them (as records without text they would fail anyway).
+# pyarrow also ends lines at a lone CR. Two patterns with a literal first byte scan ~15x faster
+# than one starting with a character class.
+_NULL_RECORDS = (re.compile(rb"\n[ \t\r]*null"), re.compile(rb"\r[ \t]*null"))
+_SCAN_CHUNK = 1 << 26
+
+
+def _check_json_records(source: DataSource, path: str) -> None:
+    """Raise a DataError for a JSON file that is only whitespace (opened first in an epoch, it
+    leaves the reader with no columns) or holds a `null` record (naming its line, or its index in a
+    file holding one JSON array). About 1 s per GB."""
+    with open(path, "rb") as handle:
+        first = handle.read(_SCAN_CHUNK).removeprefix(codecs.BOM_UTF8)
+        if not first.strip() and handle.tell():
+            raise DataError(f"Data source {source.name!r}: {path} holds no JSON record, only whitespace; remove it.")
+        # The leading newline lets one pattern find a null on the first line too.
+        buffer = b"\n" + first
+        if buffer.startswith(b"\n["):  # one JSON array, which `datasets` reads whole
+            _check_json_array(source, path, buffer + handle.read())
+            return
+        lines_before = 0
+        while True:
+            starts = [match.start() for match in (pattern.search(buffer) for pattern in _NULL_RECORDS) if match]
+            if starts:
+                line = lines_before + buffer.count(b"\n", 0, min(starts) + 1)
+                raise DataError(
+                    f"Data source {source.name!r}: {path} line {line} is null; "
+                    "every line must be a JSON object with a 'text' field."
+                )
+            more = handle.read(_SCAN_CHUNK)
+            if not more:
+                return
+            # Keep the last line's start, for a match across the chunk boundary.
+            cut = max(buffer.rfind(b"\n"), buffer.rfind(b"\r"))
+            lines_before += buffer.count(b"\n", 0, cut)
+            buffer = buffer[cut:] + more
+
+
+def _check_json_array(source: DataSource, path: str, content: bytes) -> None:
+    try:
+        records = json.loads(content)
+    except (ValueError, RecursionError):
+        return  # not valid JSON: the reader reports it with its own message
+    if isinstance(records, list) and None in records:
+        raise DataError(
+            f"Data source {source.name!r}: {path} record {records.index(None)} is null; "
+            "every record must be a JSON object with a 'text' field."
+        )
 
 
 def _check_parquet_footers(source: DataSource, files: list[str]) -> None:
@@ -186,10 +249,11 @@ def record_text(record: dict, source: DataSource, position: int) -> str:
     """The record's text, or a DataError naming the source and record when it has none."""
     text = record.get("text")
     if not isinstance(text, str):
-        fields = sorted(record)
+        kind = type(text).__name__
+        problem = "has no text field 'text'" if text is None else f"has 'text' of type {kind}, not a string"
         raise DataError(
-            f"Data source {source.name!r} ({source.location}): record {position} has no text field "
-            f"'text' (fields: {fields})."
+            f"Data source {source.name!r} ({source.location}): record {position} {problem} "
+            f"(fields: {sorted(record)})."
         )
     return text
 
@@ -199,7 +263,9 @@ def iter_document_texts(specs: list[str] | None, max_documents: Optional[int] = 
     from bert_ds.data.text import TextStats, clean_document
 
     stats, produced = TextStats(), 0
-    for source in parse_sources(specs):
+    sources = parse_sources(specs)
+    check_sources(sources)
+    for source in sources:
         for position, record in enumerate(document_stream(source, seed=seed, epoch=0)):
             if max_documents is not None and produced >= max_documents:
                 return

@@ -80,15 +80,24 @@ class SourceReader:
         self._dataset, self._records = None, None
 
     def _open(self) -> None:
-        self._dataset = document_stream(self.source, self.config.seed, self.epoch, self.config.txt_documents)
-        if self._resume_from is not None:
-            self._dataset.load_state_dict(self._resume_from)
-            self._resume_from = None
+        try:
+            self._dataset = document_stream(self.source, self.config.seed, self.epoch, self.config.txt_documents)
+            if self._resume_from is not None:
+                self._dataset.load_state_dict(self._resume_from)
+                self._resume_from = None
+        except DataError:
+            raise
+        except Exception as error:  # `datasets` reads a JSON source's first records to open it
+            raise self._reader_error(error) from None
         # `.iter(batch_size=1)` rather than `iter()`: inside a DataLoader worker, `datasets` would
         # otherwise split the shards among workers on its own, on top of our sharding.
         self._records = (
             {name: values[0] for name, values in batch.items()} for batch in self._dataset.iter(batch_size=1)
         )
+
+    def _reader_error(self, error: Exception) -> DataError:
+        detail = str(error) or f"the reader failed with {type(error).__name__}"
+        return DataError(f"Data source {self.source.name!r} ({self.source.location}): {detail}")
 
     def _is_mine(self, index: int) -> bool:
         if index % self.num_shards != self.shard_index:
@@ -124,7 +133,7 @@ class SourceReader:
             except DataError:
                 raise
             except Exception as error:  # a reader failing mid-stream (corrupt shard, I/O error)
-                raise DataError(f"Data source {self.source.name!r} ({self.source.location}): {error}") from None
+                raise self._reader_error(error) from None
             index = self.records_this_epoch
             self.records_this_epoch += 1
             if not self._is_mine(index):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -136,16 +137,33 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     add("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
 
 
+MAX_RUNS = 10_000  # grid settings x restarts: more is a typo, not a plan
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
 def config_from_args(args: argparse.Namespace, default_seq_length: int) -> FinetuneConfig:
     names = {f.name for f in dataclasses.fields(FinetuneConfig) if f.init}
     values = {k: v for k, v in vars(args).items() if k in names}
-    values["max_seq_length"] = args.max_seq_length or default_seq_length
+    # Python 3.11's argparse reads `--lr=--` as an empty list: a value that is missing.
+    empty = sorted(k for k, v in values.items() if isinstance(v, list))
+    if empty:
+        raise ConfigError(f"Missing value for {', '.join('--' + k.replace('_', '-') for k in empty)}.")
+    values["max_seq_length"] = default_seq_length if args.max_seq_length is None else args.max_seq_length
     job = FinetuneConfig(**values)
+    grid = len(job.grid_batch_sizes) * len(job.grid_lrs) * len(job.grid_epochs) if job.grid else 1
     checks = [
-        ("--restarts", job.restarts >= 1), ("--epochs", job.epochs >= 1), ("--batch-size", job.batch_size >= 1),
-        ("--lr", job.lr > 0), ("--max-seq-length", job.max_seq_length >= 8),
+        ("--restarts", 1 <= job.restarts and grid * job.restarts <= MAX_RUNS), ("--epochs", job.epochs >= 1),
+        ("--batch-size", job.batch_size >= 1), ("--lr", _positive(job.lr)), ("--max-seq-length", job.max_seq_length >= 8),
         ("--warmup-proportion", 0 <= job.warmup_proportion < 1), ("--tensor-parallel", job.tensor_parallel >= 1),
         ("--grid-epochs", all(e >= 1 for e in job.grid_epochs)), ("--grid-batch-sizes", all(b >= 1 for b in job.grid_batch_sizes)),
+        ("--grid-lrs", all(_positive(lr) for lr in job.grid_lrs)), ("--eval-batch-size", job.eval_batch_size >= 1),
+        ("--micro-batch-size", job.micro_batch_size is None or job.micro_batch_size >= 1),
+        ("--clip-grad", math.isfinite(job.clip_grad) and job.clip_grad >= 0),
+        ("--weight-decay", math.isfinite(job.weight_decay) and job.weight_decay >= 0),
+        ("--seed", 0 <= job.seed < 2**32),
     ]
     bad = [name for name, ok in checks if not ok]
     if bad:

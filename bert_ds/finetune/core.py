@@ -90,17 +90,18 @@ def _engine(job: FinetuneConfig, settings: RunSettings, model, layout, total_ste
     import deepspeed
 
     from bert_ds.distributed import DeepSpeedMPU
-    from bert_ds.training.ds_config import build_deepspeed_config
+    from bert_ds.training.ds_config import build_deepspeed_config, skip_single_replica_allreduce
     from bert_ds.training.optim import parameter_groups, warmup_linear_decay
 
     plan = BatchPlan(job, settings, layout.data_parallel)
     ds_config, notes = build_deepspeed_config(plan, layout.data_parallel, layout.device.type)
-    optimizer = torch.optim.AdamW(parameter_groups(model, job.weight_decay), lr=settings.lr, betas=(0.9, 0.999), eps=1e-6)
+    optimizer = torch.optim.AdamW(parameter_groups(model, job.weight_decay), lr=settings.lr, betas=(0.9, 0.999), eps=1e-6, fused=True)
     multiplier = warmup_linear_decay(max(1, int(job.warmup_proportion * total_steps)), total_steps)
     engine, *_ = deepspeed.initialize(
         model=model, optimizer=optimizer, config=ds_config, mpu=DeepSpeedMPU(layout),
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, multiplier),
     )
+    skip_single_replica_allreduce(engine, layout.data_parallel)
     return engine, plan, notes
 
 

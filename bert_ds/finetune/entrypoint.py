@@ -32,6 +32,9 @@ def main(
     parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_task_arguments(parser)
     add_common_arguments(parser)
+    from bert_ds.training.args import refuse_empty_values
+
+    refuse_empty_values(parser, argv)
     args = parser.parse_args(argv)
     try:
         job = config_from_args(args, default_seq_length)

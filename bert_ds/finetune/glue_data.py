@@ -18,6 +18,7 @@ Bad data policy (invariant 8: bad input never silently costs data):
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
@@ -158,7 +159,7 @@ def glue_file(task: Union[str, GlueTask], data_dir: Union[str, Path], split: str
     _check_split(task, split)
     candidates = [data_dir / task.folder / f"{split}.tsv", data_dir / f"{split}.tsv"]
     for candidate in candidates:
-        if candidate.is_file():
+        if os.path.isfile(candidate):  # not Path.is_file: a name too long is no file rather than an OSError
             return candidate
     raise FinetuneDataError(
         f"No {task.name} {split} file: looked for {', '.join(str(c) for c in candidates)} "

@@ -9,6 +9,7 @@ Windows, features and answer decoding live in squad_features.py.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence, Union
@@ -41,7 +42,7 @@ class SquadExample:
 
 def _field(record: Any, key: str, kind: type, where: str) -> Any:
     value = record.get(key) if isinstance(record, dict) else None
-    if not isinstance(value, kind):
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):  # true is no offset
         raise FinetuneDataError(f"{where}: missing or invalid {key!r} (expected {kind.__name__}).")
     return value
 
@@ -71,12 +72,16 @@ def read_squad_file(path: Union[str, Path]) -> tuple[list[SquadExample], ReadRep
     `plausible_answers` of impossible questions are not used (nor checked)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise FinetuneDataError(f"{path}: cannot read SQuAD JSON: {error}") from None
+    except RecursionError:
+        raise FinetuneDataError(f"{path}: cannot read SQuAD JSON: nested too deeply.") from None
     examples: list[SquadExample] = []
     for a, article in enumerate(_field(data, "data", list, str(path))):
         title = article.get("title", "") if isinstance(article, dict) else ""
+        if not isinstance(title, str):
+            raise FinetuneDataError(f"{path}: data[{a}]: invalid 'title' (expected str).")
         for p, paragraph in enumerate(_field(article, "paragraphs", list, f"{path}: data[{a}]")):
             where = f"{path}: data[{a}].paragraphs[{p}]"
             context = _field(paragraph, "context", str, where)
@@ -86,7 +91,9 @@ def read_squad_file(path: Union[str, Path]) -> tuple[list[SquadExample], ReadRep
                 answers = _field(qa, "answers", list, f"{path}: question {qid}")
                 texts = [_field(answer, "text", str, f"{path}: question {qid}") for answer in answers]
                 starts = [_field(answer, "answer_start", int, f"{path}: question {qid}") for answer in answers]
-                impossible = bool(qa.get("is_impossible", False))
+                impossible = qa.get("is_impossible", False)
+                if not isinstance(impossible, bool):
+                    raise FinetuneDataError(f"{path}: question {qid}: invalid 'is_impossible' (expected a boolean).")
                 examples.append(make_example(qid, question, context, title, texts, starts, impossible, str(path)))
     return _checked_unique(examples, str(path))
 
@@ -130,9 +137,9 @@ def load_squad(
         rows = load_hub_split(hub_id, config, hub_split(split))
         return squad_examples_from_hub(rows, f"{hub_id} {hub_split(split)}")
     path = Path(data)
-    if path.is_dir():
+    if os.path.isdir(path):  # os.path: a path too long or with a NUL byte is no folder, not an OSError
         path = path / f"{split}-v{version}.json"
-    if not path.is_file():
+    if not os.path.isfile(path):
         raise FinetuneDataError(f"No SQuAD {split} file: {path} does not exist.")
     return read_squad_file(path)
 

@@ -9,6 +9,8 @@ FinetuneDataError naming the file and line instead of being skipped.
 from __future__ import annotations
 
 import csv
+import io
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -72,29 +74,48 @@ def read_swag_file(path: Union[str, Path], split: str) -> tuple[list[SwagExample
     is_test = split == "test"
     report = ReadReport(str(path))
     examples: list[SwagExample] = []
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None:
-            raise FinetuneDataError(f"{path}: the file is empty; expected a header line.")
-        needed = list(TEXT_COLUMNS) + ([] if is_test else ["label"])
-        missing = [name for name in needed if name not in header]
-        if missing:
-            raise FinetuneDataError(f"{path}: header lacks column(s) {missing} (columns: {header}).")
-        at = {name: header.index(name) for name in TEXT_COLUMNS}
-        label_at = header.index("label") if "label" in header else None
-        next_line = reader.line_num + 1
-        for row in reader:
-            # A quoted field may span lines: name the line the record starts on.
-            line, next_line = next_line, reader.line_num + 1
-            where = f"{path}: line {line}"
-            if len(row) != len(header):
-                raise FinetuneDataError(f"{where} has {len(row)} fields, the header {len(header)}.")
-            label = None if label_at is None else parse_swag_label(row[label_at], where, is_test)
-            endings = tuple(row[at[name]] for name in ENDING_COLUMNS)
-            examples.append(SwagExample(f"{split}-{line}", row[at["sent1"]], row[at["sent2"]], endings, label))
+    reader = csv.reader(io.StringIO(_decoded(path), newline=""))
+    header = _next_row(reader, path)
+    if header is None:
+        raise FinetuneDataError(f"{path}: the file is empty; expected a header line.")
+    needed = list(TEXT_COLUMNS) + ([] if is_test else ["label"])
+    missing = [name for name in needed if name not in header]
+    if missing:
+        raise FinetuneDataError(f"{path}: header lacks column(s) {missing} (columns: {header}).")
+    at = {name: header.index(name) for name in TEXT_COLUMNS}
+    label_at = header.index("label") if "label" in header else None
+    next_line = reader.line_num + 1
+    while (row := _next_row(reader, path)) is not None:
+        # A quoted field may span lines: name the line the record starts on.
+        line, next_line = next_line, reader.line_num + 1
+        where = f"{path}: line {line}"
+        if len(row) != len(header):
+            raise FinetuneDataError(f"{where} has {len(row)} fields, the header {len(header)}.")
+        label = None if label_at is None else parse_swag_label(row[label_at], where, is_test)
+        endings = tuple(row[at[name]] for name in ENDING_COLUMNS)
+        examples.append(SwagExample(f"{split}-{line}", row[at["sent1"]], row[at["sent2"]], endings, label))
     report.rows = len(examples)
     return examples, report
+
+
+def _decoded(path: Path) -> str:
+    """The file's text (a UTF-8 byte order mark dropped); FinetuneDataError naming the line of
+    the first undecodable byte."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise FinetuneDataError(f"{path}: line {line} is not valid UTF-8 ({error.reason}).") from None
+
+
+def _next_row(reader, path: Path) -> Optional[list[str]]:
+    """The next CSV record, None at the end; a malformed one (e.g. a field over the csv module's
+    size limit) is a FinetuneDataError naming the line."""
+    try:
+        return next(reader, None)
+    except csv.Error as error:
+        raise FinetuneDataError(f"{path}: line {reader.line_num}: {error}.") from None
 
 
 def swag_examples_from_hub(
@@ -124,8 +145,8 @@ def load_swag(split: str, data: str = "swagaf/data") -> tuple[list[SwagExample],
         rows = load_hub_split(hub_id, config or SWAG_HUB_CONFIG, _HUB_SPLITS[_split_name(split)])
         return swag_examples_from_hub(rows, split, source=hub_id)
     path = Path(data)
-    if path.is_dir():
+    if os.path.isdir(path):  # os.path: a path too long or with a NUL byte is no folder, not an OSError
         path = path / SWAG_FILES[_split_name(split)]
-    if not path.is_file():
+    if not os.path.isfile(path):
         raise FinetuneDataError(f"No SWAG {split} file: {path} does not exist.")
     return read_swag_file(path, split)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -167,9 +168,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def refuse_empty_values(parser: argparse.ArgumentParser, argv: Optional[list[str]]) -> None:
+    """Python 3.11's argparse reads `--option=--` as an empty list instead of a missing value."""
+    import sys
+
+    for token in sys.argv[1:] if argv is None else argv:
+        if token.startswith("--") and token.endswith("=--"):
+            parser.error(f"argument {token[:-3]}: expected one argument")
+
+
 def parse_args(argv: Optional[list[str]] = None) -> RunConfig:
     """Parse and validate; preset-dependent defaults fill what was not given."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    refuse_empty_values(parser, argv)
+    args = parser.parse_args(argv)
     defaults = TRAINING_DEFAULTS[args.preset]
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig) if hasattr(args, f.name)}
     for name, default in defaults.items():
@@ -191,8 +203,16 @@ def _check(run: RunConfig) -> None:
     for name in ("warmup_steps", "save_interval", "num_workers"):
         if getattr(run, name) < 0:
             problems.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(run, name)}")
-    if run.lr <= 0:
-        problems.append(f"--lr must be positive, got {run.lr}")
+    if not (math.isfinite(run.lr) and run.lr > 0):
+        problems.append(f"--lr must be a positive number, got {run.lr}")
+    for name in ("weight_decay", "clip_grad", "adam_eps"):
+        value = getattr(run, name)
+        if not (math.isfinite(value) and value >= 0):
+            problems.append(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
+    if run.stop_at_step is not None and run.stop_at_step < 1:
+        problems.append(f"--stop-at-step must be at least 1, got {run.stop_at_step}")
+    if not 0 <= run.seed < 2**32:
+        problems.append(f"--seed must be in [0, 2**32), got {run.seed}")
     if run.dropout is not None and not 0.0 <= run.dropout < 1.0:
         problems.append(f"--dropout must be in [0, 1), got {run.dropout}")
     if run.keep_last is not None and run.keep_last < 1:

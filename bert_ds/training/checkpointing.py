@@ -54,12 +54,23 @@ def layout_record(engine, model, layout, run, root: Path, tag: str) -> dict:
         pp_rank=layout.pp_rank,
         dp_rank=layout.dp_rank,
         zero_stage=engine.zero_optimization_stage(),
-        # DeepSpeed's name for this rank's optimizer-state file (its naming differs with pipelines).
-        optimizer_file=Path(engine._get_zero_ckpt_name(str(root), tag)).name,
+        # DeepSpeed's names for this rank's files (their naming differs with pipelines).
+        optimizer_file=Path(engine._get_zero_ckpt_name(str(root), tag)).name if engine.zero_optimization_stage() else None,
+        model_file=Path(engine._get_ckpt_name(str(root), tag)).name,
+        optimizer_order=_optimizer_order(engine, model, names),
         names={name: names[name] for name in params},
         shapes={name: list(param.shape) for name, param in params.items()},
         dims={names[name]: partition_dim(param) for name, param in params.items()},
     )
+
+
+def _optimizer_order(engine, model, names: dict) -> Optional[list[list[str]]]:
+    """Without ZeRO the optimizer state is torch's, keyed by position in the parameter groups:
+    the full names in that order (None under ZeRO, whose files name their parameters)."""
+    if engine.zero_optimization_stage() > 0:
+        return None
+    by_id = {id(param): names[name] for name, param in model.named_parameters()}
+    return [[by_id[id(p)] for p in group["params"]] for group in engine.optimizer.param_groups]
 
 
 def save(run, engine, model, loader, layout, progress: dict, model_config) -> Path:
@@ -203,22 +214,25 @@ def set_engine_state(engine, model, slices: dict, training: Optional[dict]) -> N
     from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
 
     stage = engine.zero_optimization_stage()
-    if stage not in (1, 2):
-        raise CheckpointError(
-            f"Loading a checkpoint into a new layout needs ZeRO stage 1 or 2, this run uses stage {stage}."
-        )
+    if stage == 3:
+        raise CheckpointError("Loading a checkpoint into a new layout needs ZeRO stage 0, 1 or 2; this run uses stage 3.")
     if training is not None:
         _create_optimizer_state(engine)
+    base = _torch_optimizer(engine)
     params = dict(model.named_parameters())
     for local, kinds in slices.items():
         param = params[local]
         param.copy_(kinds["weight"].to(param.dtype))
+        moments = [k for k in kinds if k != "weight"]
+        if stage == 0:  # the torch optimizer works on the parameters themselves
+            for moment in moments:
+                base.state[param][moment].copy_(kinds[moment])
+            continue
         safe_set_full_fp32_param(param, kinds["weight"].to(param.device))
-        for moment in (k for k in kinds if k != "weight"):
+        for moment in moments:
             safe_set_full_optimizer_state(param, kinds[moment].to(param.device), moment)
     if training is None:
         return
-    base = engine.optimizer.optimizer  # the torch optimizer under ZeRO's wrapper
     if training["optimizer_step"] is not None:
         for state in base.state.values():
             if isinstance(state.get("step"), torch.Tensor):
@@ -234,24 +248,29 @@ def set_engine_state(engine, model, slices: dict, training: Optional[dict]) -> N
     engine.skipped_steps = counters["skipped_steps"]
 
 
+def _torch_optimizer(engine):
+    """The torch optimizer: under ZeRO's wrapper, or DeepSpeed's optimizer itself without ZeRO."""
+    return engine.optimizer.optimizer if engine.zero_optimization_stage() > 0 else engine.optimizer
+
+
 def _create_optimizer_state(engine) -> None:
     """Make the optimizer create its (lazily built) state now, so moments can be written into it.
 
     One step with zero gradients at learning rate 0 changes no weight for Adam, AdamW, LAMB or
     DeepSpeed's CPU Adam (decoupled weight decay is scaled by the learning rate too); the step
-    count it adds is overwritten afterwards. Then ZeRO links each parameter to its state.
+    count it adds is overwritten afterwards. Under ZeRO each parameter is then linked to its state.
     """
-    zero_optimizer = engine.optimizer
-    base = zero_optimizer.optimizer
-    partitions = [p for group in base.param_groups for p in group["params"]]
+    base = _torch_optimizer(engine)
+    tensors = [p for group in base.param_groups for p in group["params"]]
     saved = [(group["lr"], [(p, p.grad) for p in group["params"]]) for group in base.param_groups]
     for group in base.param_groups:
         group["lr"] = 0.0
-    for partition in partitions:
-        partition.grad = torch.zeros_like(partition)
+    for tensor in tensors:
+        tensor.grad = torch.zeros_like(tensor)
     base.step()
     for group, (lr, grads) in zip(base.param_groups, saved):
         group["lr"] = lr
-        for partition, grad in grads:
-            partition.grad = grad
-    zero_optimizer._lazy_init_hp_params_optimizer_state()
+        for tensor, grad in grads:
+            tensor.grad = grad
+    if engine.zero_optimization_stage() > 0:
+        engine.optimizer._lazy_init_hp_params_optimizer_state()

@@ -10,6 +10,7 @@ is refused rather than silently ignored. On CPU, bf16/fp16 are switched off (fp3
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from bert_ds.config import ConfigError
@@ -22,11 +23,12 @@ def available_configs() -> list[str]:
 
 
 def resolve_config_path(name_or_path: str) -> Path:
-    path = Path(name_or_path)
-    if path.is_file():
-        return path
+    # os.path.isfile, not Path.is_file: a name too long for the file system (or holding a NUL
+    # byte) is simply not a file, rather than an OSError.
+    if os.path.isfile(name_or_path):
+        return Path(name_or_path)
     named = CONFIG_DIR / f"{name_or_path}.json"
-    if named.is_file():
+    if os.path.isfile(named):
         return named
     raise ConfigError(
         f"DeepSpeed config {name_or_path!r} is neither a file nor one of ds_configs/: "
@@ -36,9 +38,13 @@ def resolve_config_path(name_or_path: str) -> Path:
 
 def load_json(path: Path) -> dict:
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ConfigError(f"DeepSpeed config {path}: invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}.") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"DeepSpeed config {path} is not UTF-8 (byte {error.start}: {error.reason}).") from None
+    except RecursionError:
+        raise ConfigError(f"DeepSpeed config {path}: JSON nested too deeply.") from None
     except OSError as error:
         raise ConfigError(f"DeepSpeed config {path} cannot be read: {error.strerror}.") from None
     if not isinstance(config, dict):
@@ -57,13 +63,19 @@ def build_deepspeed_config(run, data_parallel: int, device_type: str) -> tuple[d
                 f"DeepSpeed config {path}: remove the '{section}' section; bert_ds sets the optimizer and "
                 "learning-rate schedule from --optimizer, --lr, --warmup-steps and --train-steps."
             )
+    for section in ("zero_optimization", "bf16", "fp16"):
+        if not isinstance(config.get(section, {}), dict):
+            raise ConfigError(f"DeepSpeed config {path}: '{section}' must be an object.")
     zero = config.setdefault("zero_optimization", {})
-    if not isinstance(zero, dict):
-        raise ConfigError(f"DeepSpeed config {path}: 'zero_optimization' must be an object.")
+    offload = zero.get("offload_optimizer")
+    if offload is not None and not (isinstance(offload, dict) and isinstance(offload.get("device", "none"), str)):
+        raise ConfigError(
+            f"DeepSpeed config {path}: zero_optimization.offload_optimizer must be an object with a 'device' string."
+        )
     if run.zero_stage is not None:
         zero["stage"] = run.zero_stage
     stage = zero.get("stage", 0)
-    if stage not in (0, 1, 2, 3):
+    if type(stage) is not int or stage not in (0, 1, 2, 3):  # not 1.0 or true: DeepSpeed wants an int
         raise ConfigError(f"DeepSpeed config {path}: zero_optimization.stage must be 0-3, got {stage!r}.")
     if run.pipeline_parallel > 1 and stage > 1:
         raise ConfigError(
@@ -86,8 +98,26 @@ def build_deepspeed_config(run, data_parallel: int, device_type: str) -> tuple[d
             if config.get(precision, {}).get("enabled"):
                 config[precision]["enabled"] = False
                 notes.append(f"{path.name}: {precision} is for GPUs; training in fp32 on CPU")
+    if run.zero_stage is None and _partitions_nothing(config, data_parallel, run):
+        notes.append(
+            f"{path.name}: one data-parallel replica in fp32, so ZeRO stage {zero['stage']} would partition "
+            "nothing and only copy every gradient and weight each step; using stage 0 (--zero-stage overrides)."
+        )
+        zero["stage"] = 0
     config.setdefault("steps_per_print", 10**9)  # bert_ds logs progress itself
     return config, notes
+
+
+def _partitions_nothing(config: dict, data_parallel: int, run) -> bool:
+    """ZeRO-1/2 over a single fp32 replica: no memory saved, only copies. Offload needs ZeRO,
+    pipelines with clipping need ZeRO-1 (see above), and bf16/fp16 keep DeepSpeed's ZeRO master
+    weights, so those keep their stage."""
+    zero = config["zero_optimization"]
+    if any(config.get(p, {}).get("enabled") for p in ("bf16", "fp16")):
+        return False
+    offloaded = (zero.get("offload_optimizer") or {}).get("device", "none") != "none"
+    pipeline_clipping = run.pipeline_parallel > 1 and run.clip_grad > 0
+    return data_parallel == 1 and zero.get("stage", 0) in (1, 2) and not offloaded and not pipeline_clipping
 
 
 def optimizer_offloaded(config: dict) -> bool:
@@ -97,3 +127,10 @@ def optimizer_offloaded(config: dict) -> bool:
 
 def zero_stage(config: dict) -> int:
     return config.get("zero_optimization", {}).get("stage", 0)
+
+
+def skip_single_replica_allreduce(engine, data_parallel: int) -> None:
+    """Without ZeRO and with one data-parallel replica there is nothing to average, but DeepSpeed
+    would still flatten, "all-reduce" and copy back every gradient after each backward."""
+    if data_parallel == 1 and engine.zero_optimization_stage() == 0 and not engine.pipeline_parallelism:
+        engine.enable_backward_allreduce = False
