@@ -167,3 +167,24 @@ def test_bad_init_is_one_clear_line(tmp_path, sst2):
     result = run_entrypoint(SCRIPT, ["--task", "sst2", "--data-dir", str(sst2), "--init", str(tmp_path / "nothing"),
                                      "--output", str(tmp_path / "out"), *SMALL])
     assert result.returncode == 2 and "Traceback" not in result.stderr and "--init" in result.stderr
+
+
+def test_init_from_a_hugging_face_folder(tmp_path, sst2):
+    """--init with a Hugging Face BERT folder: imported on the fly (OUTPUT/init), its vocab.txt
+    becomes the tokenizer, the run trains and reports."""
+    import transformers
+
+    from tests.glue_fixtures import WORDS
+
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(WORDS) | {"excellent", "wonderful", "superb",
+              "lovely", "terrible", "awful", "dreadful", "horrible"})
+    hf = tmp_path / "hf"
+    config = transformers.BertConfig(vocab_size=len(tokens), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=256)
+    transformers.BertForMaskedLM(config).save_pretrained(hf)
+    (hf / "vocab.txt").write_text("".join(t + "\n" for t in tokens))
+    out = tmp_path / "out"
+    result = _glue(["--task", "sst2", "--data-dir", str(sst2), "--init", str(hf), "--output", str(out), *SMALL])
+    assert "initialised" in result.stdout  # BertForMaskedLM has no pooler: reported, then drawn
+    assert (out / "init" / "portable.json").is_file()
+    assert _results(out)["init"] == str(hf) and 0.0 <= _results(out)["metrics"]["accuracy"] <= 1.0

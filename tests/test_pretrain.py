@@ -162,8 +162,10 @@ def test_schedule_logging_and_phase_two(tmp_path, cache):
     assert min(tokens_per_sample) > 128  # longer sequences after the switch
 
 
-def test_sigusr1_saves_and_exits_for_requeue(tmp_path, cache):
-    """Slurm's time-limit warning: checkpoint at the next step boundary, exit code 99."""
+@pytest.mark.parametrize("name, code", [("SIGUSR1", 99), ("SIGTERM", 143)])
+def test_signal_saves_at_the_step_boundary_and_exits(tmp_path, cache, name, code):
+    """Slurm's time-limit warning (SIGUSR1: exit 99, the batch script requeues) and scancel or
+    preemption (SIGTERM: exit 143): a checkpoint at the next step boundary, then a clean exit."""
     import signal
     import subprocess
     import sys
@@ -182,9 +184,9 @@ def test_sigusr1_saves_and_exits_for_requeue(tmp_path, cache):
     while not (metrics.exists() and len(read_metrics(metrics)) >= 2):
         assert job.poll() is None and time.time() < deadline, job.communicate()[1][-2000:]
         time.sleep(0.5)
-    job.send_signal(signal.SIGUSR1)
+    job.send_signal(getattr(signal, name))
     out, err = job.communicate(timeout=240)
-    assert job.returncode == 99, err[-2000:]
+    assert job.returncode == code, err[-2000:]
     step = read_metrics(metrics)[-1]["step"]
-    assert f"received SIGUSR1: saving and stopping at step {step}" in out
+    assert f"received {name}: saving and stopping at step {step}" in out
     assert (save / "latest").read_text() == f"step{step:08d}"
