@@ -74,7 +74,7 @@ def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict,
                 (tag_dir / COMPLETE).unlink()
         except OSError as error:
             failure = f"{error}"
-    failures = _gather_failures(failure)
+    failures = gather_failures(failure)
     if failures:
         raise CheckpointError(f"Cannot write checkpoint {tag_dir}: {'; '.join(failures)}")
     try:
@@ -89,7 +89,7 @@ def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict,
             torch.save(rank_state, rank_file(tag_dir, rank))
         except (OSError, RuntimeError) as error:
             failure = f"rank {rank}: {error}"
-    failures = _gather_failures(failure)
+    failures = gather_failures(failure)
     if failures:
         if rank == 0:
             shutil.rmtree(tag_dir, ignore_errors=True)
@@ -111,8 +111,10 @@ def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict,
     return tag_dir
 
 
-def _gather_failures(failure: str) -> list[str]:
-    """Collective: every rank's failure message (empty list: all succeeded)."""
+def gather_failures(failure: str) -> list[str]:
+    """Collective: every rank's failure message (empty list: all succeeded). Work one rank does for
+    all (a conversion, a folder) ends with it, so an error there is every rank's clear error, not
+    a barrier the others wait at forever."""
     messages = [None] * dist.get_world_size()
     dist.all_gather_object(messages, failure)
     return [m for m in messages if m]
@@ -149,7 +151,7 @@ def prepare_save_dir(save_dir: str, tokenizer) -> None:
                 os.replace(staging, folder)
         except OSError as error:
             failure = f"--save {save_dir} is not writable: {error}"
-    failures = _gather_failures(failure)
+    failures = gather_failures(failure)
     if failures:
         raise CheckpointError(failures[0])
 

@@ -11,11 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import torch
-import torch.distributed as dist
-
 from bert_ds.checkpoint.portable import PortableCheckpoint, is_portable, open_portable
-from bert_ds.checkpoint.zero import COMPLETE, LATEST, CheckpointError
+from bert_ds.checkpoint.zero import COMPLETE, LATEST, CheckpointError, gather_failures
 from bert_ds.config import ConfigError, ModelConfig, model_preset, padded_vocab_size
 from bert_ds.data.tokenizer import load_tokenizer
 
@@ -42,7 +39,7 @@ def _kind(path: Path) -> str:
     )
 
 
-def _portable(init: str, output: Path, rank: int, device) -> PortableCheckpoint:
+def _portable(init: str, output: Path, rank: int) -> PortableCheckpoint:
     """Collective: the portable form of --init (converted by rank 0 when needed)."""
     path = Path(init)
     if not path.is_dir():
@@ -66,17 +63,16 @@ def _portable(init: str, output: Path, rank: int, device) -> PortableCheckpoint:
                 zero_to_portable(str(path), str(target), optimizer=False)
         except (CheckpointError, ConfigError, OSError) as error:
             failure = str(error)
-    failed = torch.tensor([int(bool(failure))], device=device)
-    dist.all_reduce(failed, op=dist.ReduceOp.MAX)
-    if failed.item():
-        raise CheckpointError(failure or f"--init {init}: conversion failed on rank 0.")
+    failures = gather_failures(failure)
+    if failures:
+        raise CheckpointError(failures[0])
     return open_portable(target)
 
 
-def resolve(job, rank: int, device) -> StartingPoint:
+def resolve(job, rank: int) -> StartingPoint:
     """Collective: the checkpoint, tokenizer and model config of `job` (a FinetuneConfig)."""
     output = Path(job.output)
-    checkpoint = _portable(job.init, output, rank, device) if job.init else None
+    checkpoint = _portable(job.init, output, rank) if job.init else None
     if job.tokenizer:
         tokenizer = load_tokenizer(job.tokenizer)
     elif checkpoint is not None and checkpoint.tokenizer_dir is not None:

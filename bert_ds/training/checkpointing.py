@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-import torch.distributed as dist
 
 from bert_ds.checkpoint import zero as checkpoints
 from bert_ds.checkpoint.portable import PortableCheckpoint, is_portable, open_portable
@@ -168,11 +167,9 @@ def _converted(tag_dir: Path, layout, saved: dict, current: dict) -> PortableChe
                 zero_to_portable(str(tag_dir), str(target), optimizer=True)
             except (CheckpointError, OSError) as error:
                 failure = str(error)
-    # Everyone learns whether rank 0 succeeded (a plain barrier would leave them waiting on an error).
-    failed = torch.tensor([int(bool(failure))], device=layout.device)
-    dist.all_reduce(failed, op=dist.ReduceOp.MAX)
-    if failed.item():
-        raise CheckpointError(failure or f"Converting {tag_dir} for the new layout failed on rank 0.")
+    failures = checkpoints.gather_failures(failure)
+    if failures:
+        raise CheckpointError(failures[0])
     return open_portable(target)
 
 
