@@ -204,7 +204,7 @@ def _check(run: RunConfig) -> None:
         if getattr(run, name) < 0:
             problems.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(run, name)}")
     if not (math.isfinite(run.lr) and run.lr > 0):
-        problems.append(f"--lr must be a positive number, got {run.lr}")
+        problems.append(f"--lr must be positive and finite, got {run.lr}")
     for name in ("weight_decay", "clip_grad", "adam_eps"):
         value = getattr(run, name)
         if not (math.isfinite(value) and value >= 0):
