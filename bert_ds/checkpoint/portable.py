@@ -61,12 +61,6 @@ class PortableCheckpoint:
         folder = self.path / TOKENIZER_DIR
         return folder if folder.is_dir() else None
 
-    def weight_names(self) -> list[str]:
-        from safetensors import safe_open
-
-        with safe_open(self.path / WEIGHTS, "pt") as weights:
-            return list(weights.keys())
-
     def read_weights(self) -> dict[str, torch.Tensor]:
         """Every full-size weight (for export and tests; training ranks read slices with portable_load)."""
         from safetensors.torch import load_file
