@@ -4,6 +4,10 @@ megatron-core's DotProductAttention allocates on CUDA; this module fills the sam
 slot of a megatron layer spec and runs on CPU and GPU (SDPA picks flash/memory-efficient kernels
 on GPUs by itself). Padding and causal structure both arrive in one boolean mask built by the
 model, in megatron's convention: True = masked out.
+
+On CPUs, training with attention dropout does not call SDPA: its dropout there is the unfused
+path with torch's slow per-element mask (about 1.7x this module's explicit
+softmax(q k^T) -> cheap mask (model/dropout.py) -> @ v, forward and backward, at base size).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from typing import Callable, ContextManager, Optional
 
 import torch
 import torch.nn.functional as F
+
+from bert_ds.model.dropout import draws_own_masks, scaled_keep_mask
 
 
 class SDPACoreAttention(torch.nn.Module):
@@ -60,11 +66,26 @@ class SDPACoreAttention(torch.nn.Module):
         allowed = None if attention_mask is None else ~attention_mask  # SDPA: True = may attend
         dropout_p = self.dropout_p if self.training else 0.0
         with self.rng_fork() if dropout_p > 0 else contextlib.nullcontext():
-            context = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=self.softmax_scale
-            )
+            if dropout_p > 0 and draws_own_masks(q):
+                context = self._attention_with_cheap_dropout(q, k, v, attention_mask, dropout_p)
+            else:
+                context = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=self.softmax_scale
+                )
         # [b, heads, s, head_dim] -> [s, b, heads * head_dim]
         return context.permute(2, 0, 1, 3).reshape(seq, batch, -1)
+
+
+    def _attention_with_cheap_dropout(self, q, k, v, attention_mask, dropout_p: float) -> torch.Tensor:
+        """SDPA's maths written out, with model/dropout.py's mask on the probabilities."""
+        scores = torch.matmul(q, k.transpose(-2, -1)).mul_(self.softmax_scale)  # [b, heads, s, s]
+        if attention_mask is not None:
+            # Added, not masked_fill'ed: an addition's backward is free. A large negative number
+            # rather than -inf, so a fully masked row stays finite.
+            bias = torch.zeros(attention_mask.shape, dtype=scores.dtype, device=scores.device)
+            scores = scores.add_(bias.masked_fill_(attention_mask, torch.finfo(scores.dtype).min))
+        probs = torch.softmax(scores, dim=-1)
+        return torch.matmul(probs * scaled_keep_mask(probs.shape, dropout_p, probs.dtype), v)
 
 
 def sdpa_core_attention(rng_fork: Callable[[], ContextManager] = contextlib.nullcontext):

@@ -17,6 +17,7 @@ from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_block import TransformerBlock, TransformerBlockSubmodules
 
 from bert_ds.config import ModelConfig
+from bert_ds.model.dropout import Dropout
 from bert_ds.model.layers import layer_norm_impl
 
 
@@ -60,7 +61,7 @@ class BertEmbeddings(MegatronModule):
         torch.nn.init.normal_(self.position_embeddings.weight, std=std)
         torch.nn.init.normal_(self.token_type_embeddings.weight, std=std)
         self.layernorm = torch.nn.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon)
-        self.dropout = torch.nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         # input_ids, token_type_ids: [b, s]

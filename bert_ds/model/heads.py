@@ -20,6 +20,7 @@ from megatron.core.transformer.module import MegatronModule
 
 from bert_ds.config import ModelConfig
 from bert_ds.model.bert import BertModel
+from bert_ds.model.dropout import Dropout
 
 TaskKind = Literal["classification", "multiple_choice", "span"]
 KINDS = ("classification", "multiple_choice", "span")
@@ -37,7 +38,7 @@ class BertForFinetuning(MegatronModule):
         self.kind, self.model_config = kind, config
         # Hugging Face's span model has no pooler; ours follows so exported keys match.
         self.bert = BertModel(config, transformer_config, layer_spec, add_pooler=kind != "span", pg_collection=pg_collection)
-        self.dropout = torch.nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
         if kind == "span":
             self.qa_outputs = torch.nn.Linear(config.hidden_size, 2)
         else:

@@ -18,7 +18,6 @@ from typing import Union
 
 import torch
 from torch.utils.checkpoint import checkpoint
-from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.models.backends import LocalSpecProvider
 from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
 from megatron.core.transformer.enums import AttnMaskType
@@ -33,6 +32,7 @@ from megatron.core.transformer.transformer_layer import (
 )
 
 from bert_ds.model.attention import sdpa_core_attention
+from bert_ds.model.dropout import get_bias_dropout_add
 
 _LOCAL = LocalSpecProvider()
 
