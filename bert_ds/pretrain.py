@@ -99,7 +99,7 @@ def setup_engine(run: RunConfig, model_config, layout):
 
     from bert_ds.distributed import DeepSpeedMPU
     from bert_ds.training.ds_config import build_deepspeed_config, optimizer_offloaded, skip_single_replica_allreduce, zero_stage
-    from bert_ds.training.optim import build_optimizer, build_scheduler
+    from bert_ds.training.optim import build_optimizer, build_scheduler, share_clip_norm
 
     ds_config, notes = build_deepspeed_config(run, layout.data_parallel, layout.device.type)
     with_nsp = run.objective == "mlm_nsp"
@@ -119,6 +119,7 @@ def setup_engine(run: RunConfig, model_config, layout):
         model=model, optimizer=optimizer, lr_scheduler=build_scheduler(run), config=ds_config, mpu=mpu
     )
     skip_single_replica_allreduce(engine, layout.data_parallel)
+    share_clip_norm(engine)
     return engine, model, notes
 
 

@@ -46,6 +46,7 @@ def test_two_rank_layouts_train(tmp_path, cache, extra):
     assert _falls(losses), losses
     assert metrics[-1]["consumed_samples"] == 30 * 16
     assert all(m["tokens_per_s"] > 0 and m["model_flops_per_s"] > 0 for m in metrics)
+    assert all(m["grad_norm"] is not None and m["grad_norm"] > 0 for m in metrics), [m["grad_norm"] for m in metrics]
 
 
 def test_tp2_and_pp2_match_one_process(tmp_path, cache):

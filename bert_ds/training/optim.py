@@ -3,6 +3,8 @@ weight decay 0.01, linear warm-up then linear decay), plus LAMB for large batche
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from bert_ds.distributed import is_gpu
@@ -59,17 +61,43 @@ class Lamb(torch.optim.Optimizer):
 class SkipsNonFiniteSteps:
     """Mixin for an optimizer that DeepSpeed drives without ZeRO (stage 0): a step whose gradients
     are not all finite changes nothing and sets `overflow`, which DeepSpeed reads to count the
-    step in `engine.skipped_steps` and to hold the LR schedule back, as its ZeRO optimizer does."""
+    step in `engine.skipped_steps` and to hold the LR schedule back, as its ZeRO optimizer does.
+
+    The step's gradient norm is kept as `_global_grad_norm`, which the engine reports from
+    `get_global_grad_norm()` (without ZeRO it would report None). When DeepSpeed clipped the
+    gradients, `share_clip_norm` hands over the norm it computed, so no second pass over every
+    gradient is made (a second pass measured 1.5% of a base step on a CPU).
+    """
 
     overflow = False
+    clip_norm = None  # set by the engine's clipping just before step(); used once
 
     @torch.no_grad()
     def step(self, closure=None):
-        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
-        self.overflow = bool(grads) and not bool(torch.stack(torch._foreach_norm(grads)).isfinite().all())
+        norm, self.clip_norm = self.clip_norm, None
+        if norm is None:
+            grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+            norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads else torch.zeros(())
+        self._global_grad_norm = float(norm)
+        self.overflow = not math.isfinite(self._global_grad_norm)
         if self.overflow:
             return None
         return super().step(closure)
+
+
+def share_clip_norm(engine) -> None:
+    """Without ZeRO, DeepSpeed clips fp32 gradients with a norm it then drops; pass that norm to
+    a `SkipsNonFiniteSteps` optimizer instead (same call, same arguments as the engine's own)."""
+    if not isinstance(engine.optimizer, SkipsNonFiniteSteps):
+        return
+    from deepspeed.runtime.utils import clip_grad_norm_
+
+    def clip_fp32_gradients() -> None:
+        engine.optimizer.clip_norm = clip_grad_norm_(
+            parameters=engine.module.parameters(), max_norm=engine.gradient_clipping(), mpu=engine.mpu
+        )
+
+    engine.clip_fp32_gradients = clip_fp32_gradients
 
 
 class _SkippingAdamW(SkipsNonFiniteSteps, torch.optim.AdamW):
