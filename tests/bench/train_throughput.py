@@ -213,6 +213,11 @@ def main(argv=None) -> list[dict]:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    from bert_ds.host_memory import tune_malloc_for_training
+
+    # bert_ds does this when it joins the process group on a CPU; here it comes first, so the
+    # matrix-multiply baseline and Hugging Face get the same malloc as the engine.
+    tune_malloc_for_training()
 
     from bert_ds.training.tokenizer_setup import resolve_tokenizer
     from bert_ds.training.args import parse_args

@@ -1,0 +1,50 @@
+"""Keep freed host memory mapped, so CPU training does not page-fault its big buffers every step.
+
+glibc's malloc serves every buffer above 32 MB with a fresh mmap and unmaps it on free, and trims
+the heap whenever its free top grows past a threshold. A CPU training step allocates and frees the
+same buffers each time (BERT-base's 94 MB embedding gradient and decoder weight gradient, the
+activations), so every step pays first-touch page faults on them again: measured 4% of a base
+step on 2 cores (the decoder's weight-gradient multiply alone went from 61 to 28 ms). Telling malloc
+to serve everything from its heap and never trim it makes later steps reuse earlier steps' pages
+(from the third step on, at base). The cost is footprint: the process keeps its peak, and aligned
+allocations leave holes in the heap, so a base run stays about 170 MiB (5%) higher resident.
+`BERT_DS_MALLOC_DEFAULTS=1` keeps malloc's own behaviour.
+
+The same effect is what the usual advice (preloading jemalloc or tcmalloc) buys; this needs no
+extra library and no environment set before the process starts. GPU runs keep malloc's defaults:
+their big buffers live in the caching device allocator.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+# mallopt(3) parameter numbers (glibc's malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+_NEVER_TRIM = 2**31 - 1  # the largest value mallopt's int accepts
+
+
+def keep_freed_memory_mapped() -> bool:
+    """Make glibc's malloc reuse freed memory instead of returning it to the OS.
+
+    Affects allocations made from now on; returns False (and changes nothing) where the C
+    library is not glibc.
+    """
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    libc = ctypes.CDLL(name)
+    if not hasattr(libc, "mallopt") or not hasattr(libc, "gnu_get_libc_version"):
+        return False
+    # mallopt returns 1 on success.
+    return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM))
+
+
+def tune_malloc_for_training() -> bool:
+    """`keep_freed_memory_mapped()`, unless the environment sets BERT_DS_MALLOC_DEFAULTS=1."""
+    if os.environ.get("BERT_DS_MALLOC_DEFAULTS", "0") == "1":
+        return False
+    return keep_freed_memory_mapped()

@@ -1,0 +1,55 @@
+"""host_memory.keep_freed_memory_mapped: steps that allocate and free the same big buffers stop
+page-faulting them in again once malloc's heap has settled, and the footprint stops growing.
+
+Counted in page faults and resident pages (not time), in a fresh interpreter each, so malloc
+starts from its defaults.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+PROGRAM = """
+import resource, sys
+import torch
+from bert_ds.host_memory import keep_freed_memory_mapped
+if sys.argv[1] == "keep":
+    assert keep_freed_memory_mapped()
+
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+def resident_mib():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 // 2**20
+
+for step in range(12):  # a training step's pattern: the same big and mid-sized buffers each time
+    before = faults()
+    gradient, activation = torch.ones(32 * 2**20), torch.ones(3 * 2**20)  # 128 and 12 MiB
+    del gradient, activation
+    print(faults() - before, resident_mib())
+"""
+
+PAGES_PER_STEP = (128 + 12) * 2**20 // 4096
+
+
+def _steps(mode: str) -> list[tuple[int, int]]:
+    out = subprocess.run([sys.executable, "-c", PROGRAM, mode], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [tuple(map(int, line.split())) for line in out.stdout.splitlines()]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc")
+def test_repeated_steps_reuse_their_pages():
+    default = _steps("default")
+    assert all(faults > PAGES_PER_STEP // 2 for faults, _ in default[-4:])  # faulted in every step
+    kept = _steps("keep")
+    assert all(faults < PAGES_PER_STEP // 20 for faults, _ in kept[-4:]), kept
+    assert kept[-1][1] == kept[-4][1], kept  # settled: the footprint no longer grows
+
+
+def test_malloc_defaults_can_be_kept(monkeypatch):
+    from bert_ds.host_memory import tune_malloc_for_training
+
+    monkeypatch.setenv("BERT_DS_MALLOC_DEFAULTS", "1")
+    assert tune_malloc_for_training() is False
