@@ -217,10 +217,6 @@ def init_parallel(
     from megatron.core.process_groups_config import ProcessGroupCollection
 
     _init_process_group(timeout_s)
-    if not is_gpu(device().type):
-        from bert_ds.host_memory import tune_malloc_for_training
-
-        tune_malloc_for_training()  # CPU steps would page-fault their big buffers back in each time
     world, rank = dist.get_world_size(), dist.get_rank()
     data_parallel = validate_layout(model, world, tensor_parallel, pipeline_parallel)
     if parallel_state.model_parallel_is_initialized():

@@ -98,6 +98,7 @@ def setup_engine(run: RunConfig, model_config, layout):
     import deepspeed
 
     from bert_ds.distributed import DeepSpeedMPU
+    from bert_ds.host_memory import tune_malloc_for_training
     from bert_ds.training.ds_config import build_deepspeed_config, optimizer_offloaded, skip_single_replica_allreduce, zero_stage
     from bert_ds.training.optim import build_optimizer, build_scheduler, share_clip_norm
 
@@ -120,6 +121,7 @@ def setup_engine(run: RunConfig, model_config, layout):
     )
     skip_single_replica_allreduce(engine, layout.data_parallel)
     share_clip_norm(engine)
+    tune_malloc_for_training(layout.device.type, zero_stage(ds_config))  # CPU steps stop page-faulting big buffers
     return engine, model, notes
 
 

@@ -90,6 +90,7 @@ def _engine(job: FinetuneConfig, settings: RunSettings, model, layout, total_ste
     import deepspeed
 
     from bert_ds.distributed import DeepSpeedMPU
+    from bert_ds.host_memory import tune_malloc_for_training
     from bert_ds.training.ds_config import build_deepspeed_config, skip_single_replica_allreduce
     from bert_ds.training.optim import parameter_groups, warmup_linear_decay
 
@@ -102,6 +103,7 @@ def _engine(job: FinetuneConfig, settings: RunSettings, model, layout, total_ste
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, multiplier),
     )
     skip_single_replica_allreduce(engine, layout.data_parallel)
+    tune_malloc_for_training(layout.device.type, engine.zero_optimization_stage())
     return engine, plan, notes
 
 

@@ -17,6 +17,8 @@ GPUs keep torch's dropout: their Philox kernels are fast and SDPA fuses attentio
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -48,7 +50,7 @@ def scaled_keep_mask(shape: torch.Size, p: float, dtype: torch.dtype) -> torch.T
     seed = int(torch.randint(0, 2**62, ()))
     if count in (0, _LEVELS):  # everything dropped, or kept (a threshold of 32768 overflows int16)
         return torch.full(shape, float(count > 0), dtype=dtype)
-    numel = int(np.prod(shape, dtype=np.int64))
+    numel = math.prod(shape)
     words = np.random.SFC64(seed).random_raw((numel + 3) // 4)  # 4 x 16 bits per 64-bit word
     bits = torch.from_numpy(words.view(np.int16)[:numel]).view(shape)  # uniform on [-32768, 32767]
     keep = bits < count - _LEVELS // 2

