@@ -75,7 +75,6 @@ class SDPACoreAttention(torch.nn.Module):
         # [b, heads, s, head_dim] -> [s, b, heads * head_dim]
         return context.permute(2, 0, 1, 3).reshape(seq, batch, -1)
 
-
     def _attention_with_cheap_dropout(self, q, k, v, attention_mask, dropout_p: float) -> torch.Tensor:
         """SDPA's maths written out, with model/dropout.py's mask on the probabilities."""
         scores = torch.matmul(q, k.transpose(-2, -1)).mul_(self.softmax_scale)  # [b, heads, s, s]
