@@ -63,12 +63,12 @@ class SDPACoreAttention(torch.nn.Module):
         seq, batch = query.shape[0], query.shape[1]
         # SDPA wants [b, heads, s, head_dim].
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
-        allowed = None if attention_mask is None else ~attention_mask  # SDPA: True = may attend
         dropout_p = self.dropout_p if self.training else 0.0
         with self.rng_fork() if dropout_p > 0 else contextlib.nullcontext():
             if dropout_p > 0 and draws_own_masks(q):
                 context = self._attention_with_cheap_dropout(q, k, v, attention_mask, dropout_p)
             else:
+                allowed = None if attention_mask is None else ~attention_mask  # SDPA: True = may attend
                 context = F.scaled_dot_product_attention(
                     q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=self.softmax_scale
                 )

@@ -57,14 +57,18 @@ def scaled_keep_mask(shape: torch.Size, p: float, dtype: torch.dtype) -> torch.T
     return keep.to(dtype).mul_(_LEVELS / count)
 
 
+def _check_probability(p: float) -> None:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """`F.dropout(x, p, training)` with the cheap CPU mask; the backward multiplies by the same mask."""
     if not training or p == 0.0:
         return x
     if not draws_own_masks(x):
         return F.dropout(x, p, training=True)
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    _check_probability(p)
     return x * scaled_keep_mask(x.shape, p, x.dtype)
 
 
@@ -73,8 +77,7 @@ class Dropout(torch.nn.Module):
 
     def __init__(self, p: float = 0.5):
         super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        _check_probability(p)
         self.p = p
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
