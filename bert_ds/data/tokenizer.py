@@ -6,82 +6,27 @@ masking which ids it may pick. Special tokens are never produced from raw text, 
 original pipeline: a document containing the literal string "[MASK]" cannot forge a mask token.
 
 CLI:  python -m bert_ds.data.tokenizer train --data SPEC [SPEC ...] --vocab-size N --output DIR
-      python -m bert_ds.data.tokenizer encode --tokenizer PATH TEXT [TEXT ...]
+      python -m bert_ds.data.tokenizer encode --tokenizer PATH|bert-base-uncased TEXT [TEXT ...]
 """
 
 from __future__ import annotations
 
-import abc
 import argparse
 import itertools
-import json
 import os
-import re
 import sys
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-# Google's vocabularies reserve "[unused0]".."[unused993]" and friends; no bracket token is text.
-# A lone "[" or "]" is ordinary punctuation, hence at least one character inside the brackets.
-_BRACKET_TOKEN = re.compile(r"\[[^\s\[\]]+\]")
+from bert_ds.data.tokenizer_base import SPECIAL_TOKENS, BertTokenizer, TokenizerError
+from bert_ds.data.wordpiece import BUILTIN_VOCABS, WordPieceTokenizer, builtin_vocab
 
-
-class TokenizerError(ValueError):
-    """A user-facing tokenizer problem; the message names the file or path involved."""
-
-
-class BertTokenizer(abc.ABC):
-    """What the data pipeline needs from a tokenizer: ids for text, and which ids are special.
-
-    Contract: ids lie in [0, vocab_size); `special_ids` (sorted int64) holds PAD/UNK/CLS/SEP/MASK and
-    every reserved id that is never real text, so masking must neither select nor insert them;
-    `replacement_ids` (sorted int64) is exactly its complement; `is_special[i]` is True iff i is in
-    `special_ids`.
-    """
-
-    name: str
-    vocab_size: int
-    pad_id: int
-    unk_id: int
-    cls_id: int
-    sep_id: int
-    mask_id: int
-    special_ids: np.ndarray
-    replacement_ids: np.ndarray
-    is_special: np.ndarray
-
-    def _set_ids(self, name: str, vocab_size: int, specials: Sequence[int], reserved: Iterable[int]) -> None:
-        """Fill the shared attributes; `specials` are the ids of SPECIAL_TOKENS, in that order."""
-        self.name = name
-        self.vocab_size = vocab_size
-        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (int(i) for i in specials)
-        self.is_special = np.zeros(vocab_size, dtype=bool)
-        self.is_special[list(specials)] = True
-        self.is_special[list(reserved)] = True
-        self.special_ids = np.flatnonzero(self.is_special).astype(np.int64)
-        self.replacement_ids = np.flatnonzero(~self.is_special).astype(np.int64)
-
-    @abc.abstractmethod
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Ids of each text, without any special tokens added."""
-
-    @abc.abstractmethod
-    def ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
-        """The vocabulary entry (piece) of each id, for inspection."""
-
-    @abc.abstractmethod
-    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
-        """Text for ids; special ids are shown as their token (e.g. "[MASK]"), not dropped."""
-
-    @abc.abstractmethod
-    def save(self, directory: str | os.PathLike) -> None:
-        """Write into `directory` the files `load_tokenizer(directory)` needs to load it again."""
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r}, vocab_size={self.vocab_size})"
+__all__ = [
+    "SPECIAL_TOKENS", "BUILTIN_VOCABS", "BertTokenizer", "SentencePieceTokenizer", "TokenizerError",
+    "WordPieceTokenizer", "load_tokenizer", "train_sentencepiece",
+]
 
 
 class SentencePieceTokenizer(BertTokenizer):
@@ -129,109 +74,51 @@ class SentencePieceTokenizer(BertTokenizer):
         (out / "tokenizer.model").write_bytes(self._sp.serialized_model_proto())
 
 
-class WordPieceTokenizer(BertTokenizer):
-    """A Google/Hugging Face BERT `vocab.txt` (one token per line, id = line number) with BERT's
-    normalisation: clean control characters, space out CJK characters, and, when lowercasing,
-    strip accents and lowercase.
+def load_tokenizer(path: str | os.PathLike, lowercase: Optional[bool] = None) -> BertTokenizer:
+    """Load a `.model` (sentencepiece), a `vocab.txt` (WordPiece), a directory holding
+    `tokenizer.model`, `spm.model`, a single `*.model`, or `vocab.txt` (checked in that order), or
+    a built-in vocabulary by name (`bert-base-uncased`, `bert-base-cased`; an existing path of
+    that name wins, as with Hugging Face's `from_pretrained`).
 
-    `lowercase=None` takes `do_lower_case` from a `tokenizer_config.json` beside the vocab if there
-    is one, else infers it: uncased iff no non-bracket entry contains an uppercase letter. Ids come
-    from the file (Google's uncased vocab: [PAD]=0, [unused0..98]=1-99, [UNK]=100 ... [MASK]=103).
+    `lowercase` overrides a WordPiece vocabulary's casing (see wordpiece.py); sentencepiece models
+    normalise text themselves, so it is refused for them.
     """
-
-    lowercase: bool
-
-    def __init__(self, vocab_file: str | os.PathLike, lowercase: bool | None = None) -> None:
-        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
-
-        path = Path(vocab_file)
-        try:
-            self._tokens = path.read_text(encoding="utf-8").split("\n")
-        except (OSError, UnicodeDecodeError) as error:
-            raise TokenizerError(f"Cannot read WordPiece vocab {path}: {error}") from None
-        if self._tokens and self._tokens[-1] == "":
-            self._tokens.pop()  # the final newline ends the last token; it is not an empty token
-        # As Google's and HF's loaders do, a repeated token keeps its last line number.
-        vocab = {token: i for i, token in enumerate(self._tokens)}
-        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-        if missing:
-            tsv = "\t" in "".join(self._tokens[:5])
-            hint = " (it looks like a sentencepiece .vocab; pass the .model)" if tsv else ""
-            raise TokenizerError(f"WordPiece vocab {path} lacks the special tokens {missing}{hint}.")
-        if lowercase is None:
-            lowercase = _configured_lowercase(path.parent / "tokenizer_config.json")
-        if lowercase is None:
-            lowercase = not any(
-                ch.isupper() for t in self._tokens if not _BRACKET_TOKEN.fullmatch(t) for ch in t
-            )
-        self.lowercase = lowercase
-        tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-        # Google's BasicTokenizer strips accents only together with lowercasing.
-        tok.normalizer = normalizers.BertNormalizer(
-            clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
-        )
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tok.decoder = decoders.WordPiece(prefix="##")
-        # No token is registered as an added/special token, so "[MASK]" in text splits into "[", "mask", "]".
-        self._tok = tok
-        reserved = [vocab[t] for t in vocab if _BRACKET_TOKEN.fullmatch(t)]
-        specials = [vocab[t] for t in SPECIAL_TOKENS]
-        self._set_ids(f"wordpiece:{path.resolve()}", len(self._tokens), specials, reserved)
-
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        # encode_batch_fast skips computing character offsets, which the pipeline never uses.
-        encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
-        return [e.ids for e in encode(list(texts), add_special_tokens=False)] if texts else []
-
-    def ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
-        return [self._tokens[int(i)] for i in ids]
-
-    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
-        return self._tok.decode(np.asarray(ids, dtype=np.int64).tolist(), skip_special_tokens=False)
-
-    def save(self, directory: str | os.PathLike) -> None:
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "vocab.txt").write_text("".join(t + "\n" for t in self._tokens), encoding="utf-8")
-        # Recorded so an explicit `lowercase` survives reloading; the keys are the ones HF reads.
-        config = {"do_lower_case": self.lowercase, "tokenizer_class": "BertTokenizer"}
-        (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-
-
-def _configured_lowercase(config_file: Path) -> bool | None:
-    """`do_lower_case` from an HF tokenizer_config.json, or None when there is no such setting."""
-    if not config_file.is_file():
-        return None
-    try:
-        value = json.loads(config_file.read_text(encoding="utf-8")).get("do_lower_case")
-    except (OSError, ValueError, AttributeError) as error:
-        raise TokenizerError(f"Cannot read {config_file}: {error}") from None
-    return value if isinstance(value, bool) else None
-
-
-def load_tokenizer(path: str | os.PathLike) -> BertTokenizer:
-    """Load a `.model` (sentencepiece), a `vocab.txt` (WordPiece), or a directory holding
-    `tokenizer.model`, `spm.model`, a single `*.model`, or `vocab.txt` (checked in that order)."""
-    expected = "a sentencepiece .model file, a WordPiece vocab.txt, or a directory holding one"
+    expected = (
+        "a sentencepiece .model file, a WordPiece vocab.txt, a directory holding one, or a built-in "
+        f"vocabulary ({', '.join(BUILTIN_VOCABS)})"
+    )
     p = Path(path)
+    if not p.exists() and builtin_vocab(str(path)) is not None:
+        return WordPieceTokenizer(builtin_vocab(str(path)), lowercase, display_name=str(path))
     if p.is_dir():
         models = sorted(p.glob("*.model"))
         named = [p / n for n in ("tokenizer.model", "spm.model") if (p / n).is_file()]
         if named or len(models) == 1:
-            return SentencePieceTokenizer((named or models)[0])
+            return _sentencepiece((named or models)[0], lowercase)
         if len(models) > 1:
             names = [m.name for m in models]
             raise TokenizerError(f"Tokenizer directory {p} holds several .model files {names}; pass one.")
         if (p / "vocab.txt").is_file():
-            return WordPieceTokenizer(p / "vocab.txt")
+            return WordPieceTokenizer(p / "vocab.txt", lowercase)
         raise TokenizerError(f"Tokenizer directory {p} holds no tokenizer; expected {expected}.")
     if not p.exists():
-        raise TokenizerError(f"Tokenizer path {p} does not exist; expected {expected}.")
+        if os.sep in str(path) or p.suffix:
+            raise TokenizerError(f"Tokenizer path {p} does not exist; expected {expected}.")
+        raise TokenizerError(f"Tokenizer {str(path)!r} is neither an existing path nor a built-in name; expected {expected}.")
     if p.suffix == ".model":
-        return SentencePieceTokenizer(p)
+        return _sentencepiece(p, lowercase)
     if p.suffix == ".txt":
-        return WordPieceTokenizer(p)
+        return WordPieceTokenizer(p, lowercase)
     raise TokenizerError(f"Tokenizer path {p} is not recognised; expected {expected}.")
+
+
+def _sentencepiece(path: Path, lowercase: Optional[bool]) -> "SentencePieceTokenizer":
+    if lowercase is not None:
+        raise TokenizerError(
+            f"--lowercase/--no-lowercase apply to WordPiece vocabularies; the sentencepiece model {path} "
+            "normalises text as it was trained."
+        )
+    return SentencePieceTokenizer(path)
 
 
 def train_sentencepiece(
@@ -305,6 +192,14 @@ def train_sentencepiece(
     return tokenizer
 
 
+def add_lowercase_argument(parser: argparse.ArgumentParser) -> None:
+    """`--lowercase/--no-lowercase` (default: decided per vocabulary, see wordpiece.py)."""
+    parser.add_argument(
+        "--lowercase", action=argparse.BooleanOptionalAction, default=None,
+        help="lowercase and strip accents before WordPiece lookup (default: the vocabulary's own casing)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; user errors print one `error: ...` line on stderr and return 2."""
     parser = argparse.ArgumentParser(prog="python -m bert_ds.data.tokenizer", description="BERT tokenizers.")
@@ -318,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--max-documents", type=int, default=None, help="cap on documents read")
     train.add_argument("--seed", type=int, default=0)
     encode = commands.add_parser("encode", help="print the ids and pieces of some text")
-    encode.add_argument("--tokenizer", required=True, help=".model, vocab.txt, or a directory holding one")
+    encode.add_argument("--tokenizer", required=True, help=".model, vocab.txt, a directory holding one, or a built-in name")
+    add_lowercase_argument(encode)
     encode.add_argument("text", nargs="+")
     args = parser.parse_args(argv)
     try:
@@ -330,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                 documents, args.output, args.vocab_size, args.model_type, args.max_sentences, args.seed
             )
         else:
-            tokenizer = load_tokenizer(args.tokenizer)
-            print(f"{tokenizer.name} (vocab size {tokenizer.vocab_size})")
+            tokenizer = load_tokenizer(args.tokenizer, args.lowercase)
+            print(f"{tokenizer.name} (vocab size {tokenizer.vocab_size}, {tokenizer.casing()})")
             for ids in tokenizer.encode_batch(args.text):
                 print(f"ids:     {ids}\npieces:  {tokenizer.ids_to_tokens(ids)}")
                 print(f"decoded: {tokenizer.decode(ids)}")
