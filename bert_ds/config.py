@@ -11,8 +11,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
-
 
 class ConfigError(ValueError):
     """A user-facing configuration problem; the message is one sentence naming the fields."""
@@ -140,13 +138,14 @@ def transformer_config(
     model: ModelConfig,
     tensor_parallel: int = 1,
     pipeline_parallel: int = 1,
-    params_dtype: torch.dtype = torch.float32,
+    params_dtype=None,
 ):
     """megatron-core's TransformerConfig for `model`: built here and nowhere else.
 
     CPU initialisation is always used: the full master weight is drawn from the default
     generator and then sliced, so the same seed gives the same full weights at any TP size.
     """
+    import torch
     from megatron.core.transformer import TransformerConfig
     from megatron.core.utils import init_method_normal
 
@@ -170,7 +169,7 @@ def transformer_config(
         sequence_parallel=False,  # torch LayerNorm does not support it (PLATFORM.md)
         use_cpu_initialization=True,
         perform_initialization=True,
-        params_dtype=params_dtype,
+        params_dtype=torch.float32 if params_dtype is None else params_dtype,
         bias_activation_fusion=False,
         bias_dropout_fusion=False,
         masked_softmax_fusion=False,
@@ -228,17 +227,6 @@ class DataConfig:
             problems.append(f"seed {self.seed} must be in [0, 2**32)")
         if problems:
             raise ConfigError("Invalid data configuration: " + "; ".join(problems) + ".")
-
-
-def gradient_accumulation_steps(global_batch_size: int, micro_batch_size: int, data_parallel: int) -> int:
-    """Accumulation steps such that global batch = micro batch x DP x accumulation (or a ConfigError)."""
-    per_step = micro_batch_size * data_parallel
-    if global_batch_size % per_step:
-        raise ConfigError(
-            f"Invalid configuration: global batch size {global_batch_size} is not divisible by "
-            f"micro batch size x data parallel = {micro_batch_size} x {data_parallel} = {per_step}."
-        )
-    return global_batch_size // per_step
 
 
 def padded_vocab_size(vocab_size: int, multiple: int = 128) -> int:

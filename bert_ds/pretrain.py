@@ -1,8 +1,9 @@
 """Pre-train BERT: `deepspeed bert_ds/pretrain.py ...` (also torchrun, or plain python for one process).
 
-main() reads top to bottom: options -> tokenizer -> parallel layout -> DeepSpeed engine -> data ->
-resume -> train -> save. Each phase is a function below; `python bert_ds/pretrain.py --help` lists
-the options.
+main() reads top to bottom: options -> tokenizer -> launch plan -> parallel layout -> DeepSpeed
+engine -> data -> resume -> train -> save. Each phase is a function below; `python
+bert_ds/pretrain.py --help` lists the options. `--dry-run` stops after the plan (training/plan.py):
+no process group, no model, no GPU touched.
 """
 
 from __future__ import annotations
@@ -93,16 +94,23 @@ def setup_parallel(run: RunConfig, tokenizer):
     return model_config, layout
 
 
-def setup_engine(run: RunConfig, model_config, layout):
-    """The model (plain or pipelined), optimizer, LR schedule and DeepSpeed engine."""
+def setup_engine(run: RunConfig, model_config, layout, ds_config: dict | None = None):
+    """The model (plain or pipelined), optimizer, LR schedule and DeepSpeed engine; `ds_config`
+    is the launch plan's (built here when a caller has no plan: tests, benchmarks)."""
     import deepspeed
 
     from bert_ds.distributed import DeepSpeedMPU
     from bert_ds.host_memory import tune_malloc_for_training
-    from bert_ds.training.ds_config import build_deepspeed_config, optimizer_offloaded, skip_single_replica_allreduce, zero_stage
+    from bert_ds.training.ds_config import optimizer_offloaded, pretraining_deepspeed_config, skip_single_replica_allreduce, zero_stage
     from bert_ds.training.optim import build_optimizer, build_scheduler, share_clip_norm
 
-    ds_config, notes = build_deepspeed_config(run, layout.data_parallel, layout.device.type)
+    notes = []
+    if ds_config is None:
+        from bert_ds.training.batch_plan import micro_batch_ceiling, plan_batches
+
+        ceiling = micro_batch_ceiling(model_config, run.seq_length)
+        batch = plan_batches(run.global_batch_size, run.micro_batch_size, layout.data_parallel, ceiling)
+        ds_config, notes = pretraining_deepspeed_config(run, batch, layout.device.type)
     with_nsp = run.objective == "mlm_nsp"
     if layout.pipeline_parallel > 1:
         from bert_ds.model.pipeline import build_pipeline_model
@@ -253,19 +261,34 @@ class PretrainingRun:
     state: TrainState
 
 
+def plan_launch(run: RunConfig, tokenizer):
+    """The launch plan with the run's own tokenizer; rank 0 prints it (and writes --plan-json) and
+    checks the tokenizer against the first documents of every source."""
+    from bert_ds.launcher import discover
+    from bert_ds.training.plan import resolve_plan, sample_sources
+    from bert_ds.training.plan_report import format_pretrain_plan, pretrain_plan_json, write_plan_json
+
+    plan = resolve_plan(run, tokenizer=tokenizer, sample_data=False)
+    if discover(os.environ).rank == 0:
+        print(format_pretrain_plan(plan), flush=True)
+        if run.plan_json:
+            write_plan_json(run.plan_json, pretrain_plan_json(plan))
+        for sample in sample_sources(plan.run, tokenizer, include_hub=True):
+            print(f"tokenizer check: {sample.describe()}", flush=True)
+            if sample.warning():
+                print("\n" + "!" * 100 + f"\n{sample.warning()}\n" + "!" * 100 + "\n", file=sys.stderr, flush=True)
+    return plan
+
+
 def run_pretraining(run: RunConfig) -> PretrainingRun:
     """Every phase of a run, in order; the process group stays up for the caller."""
     from bert_ds.training.metrics import MetricsLogger
 
     tokenizer = setup_tokenizer(run)
+    plan = plan_launch(run, tokenizer)
+    run = plan.run  # every `auto` resolved
     model_config, layout = setup_parallel(run, tokenizer)
-    engine, model, notes = setup_engine(run, model_config, layout)
-    for note in notes:
-        say(layout, note)
-    say(layout,
-        f"bert_ds: preset {run.preset} | world {layout.world_size} = TP {layout.tensor_parallel} x "
-        f"PP {layout.pipeline_parallel} x DP {layout.data_parallel} | objective {run.objective} | "
-        f"global batch {run.global_batch_size} x {run.seq_length} tokens | {run.train_steps} steps")
+    engine, model, _ = setup_engine(run, model_config, layout, plan.ds_config)
     loader = setup_data(run, tokenizer, layout)
     if run.save:
         checkpoints.prepare_save_dir(run.save, tokenizer)  # an unwritable --save fails here, not hours later
@@ -281,11 +304,29 @@ def run_pretraining(run: RunConfig) -> PretrainingRun:
     return PretrainingRun(engine, model, tokenizer, layout, model_config, state)
 
 
-def main(argv=None) -> int:
-    from bert_ds.distributed import teardown_parallel
+def dry_run(run: RunConfig) -> int:
+    """Print the launch plan for `--dry-run`'s device kind and exit 0 (a user error raises)."""
+    # `datasets` (which reads the sources' first documents) would import torch for its torch
+    # formatter; this process never trains, and without it a plan takes about a second.
+    os.environ.setdefault("USE_TORCH", "0")
+    from bert_ds.training.plan import resolve_plan
+    from bert_ds.training.plan_report import format_pretrain_plan, pretrain_plan_json, write_plan_json
 
+    plan = resolve_plan(run, target=run.dry_run)
+    print(format_pretrain_plan(plan), flush=True)
+    if run.plan_json:
+        write_plan_json(run.plan_json, pretrain_plan_json(plan))
+    return 0
+
+
+def main(argv=None) -> int:
     try:
-        finished = run_pretraining(parse_args(argv))
+        run = parse_args(argv)
+        if run.dry_run:
+            return dry_run(run)  # without torch for --dry-run gpu/cpu: seconds on a login node
+        from bert_ds.distributed import teardown_parallel
+
+        finished = run_pretraining(run)
         teardown_parallel()
         return EXIT_CODE_FOR_SIGNAL.get(finished.state.stopped_by, 0)
     except USER_ERRORS as error:

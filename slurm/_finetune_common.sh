@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Sourced by slurm/finetune_{glue,squad,swag}.sh (not a batch script itself): the settings every
-# fine-tuning job shares, read from environment variables with defaults, and the srun launch.
+# fine-tuning job shares, read from environment variables with defaults, the launch-plan check
+# (slurm/_common.sh: DRY_RUN=1 prints the plan and exits) and the srun launch.
 #   INIT        bert_ds checkpoint (ZeRO or portable) or Hugging Face BERT folder
 #               (default: $REPO/runs/bert-large, where slurm/pretrain_large.sh saves); none: random weights
 #   DATA_DIR    local data folder in the official layout (the caller sets its default); set it empty
@@ -8,13 +9,16 @@
 #   DATASET     hub dataset id instead of DATA_DIR (e.g. nyu-mll/glue); needs hub access from the nodes
 #   OUTPUT_DIR  results.json, predictions, the selected model, logs/<job>-<task>.log (caller's default)
 #   PRESET      model size when INIT=none (default large); with INIT the checkpoint decides
-#   TP          tensor-parallel size (default 1: BERT-LARGE fine-tunes on one GPU per rank)
+#   TP          tensor-parallel size (default 1: BERT-LARGE fine-tunes on one GPU per rank); PP must stay 1
 #   DS_CONFIG   ds_configs/ name or JSON path (default zero1)
-#   GRID        1: the paper's batch x lr x epochs grid, best on dev kept (default 0: one setting)
+#   GRID        1: a batch x lr x epochs grid, best on dev kept (default 0: one setting; the GLUE script: 1)
 #   RESTARTS    runs per setting with seeds SEED, SEED+1, ... (default 1)
 #   BATCH_SIZE, LR, EPOCHS, MAX_SEQ_LENGTH, SEED: empty keeps the entrypoint's defaults (the squad and
 #               swag scripts default some of them to the paper's settings)
+#   MICRO_BATCH per-GPU micro batch (default auto: the largest that fits the per-GPU batch up to the
+#               model's ceiling, e.g. 64 sequences of 128 tokens for BERT-LARGE)
 #   PYTHON      interpreter (default: $REPO/.venv/bin/python)
+#   DRY_RUN=1   print the launch plan and exit (see slurm/_common.sh); PLAN_DEVICE auto|gpu|cpu
 # The caller sets REPO (the checkout: BERT_DS_HOME, else the submit folder), OUTPUT_DIR and DATA_DIR.
 
 # finetune ENTRYPOINT [OPTION...]: `srun python ENTRYPOINT <common options> OPTION...`, one task per
@@ -22,10 +26,17 @@
 finetune() {
   local entrypoint="$1"
   shift
-  local init="${INIT:-$REPO/runs/bert-large}" python="${PYTHON:-$REPO/.venv/bin/python}"
+  local init="${INIT:-$REPO/runs/bert-large}"
+  PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
+  # shellcheck source=SCRIPTDIR/_common.sh
+  source "$REPO/slurm/_common.sh"
+  if [ "${PP:-1}" != 1 ]; then
+    echo "error: fine-tuning runs without pipeline parallelism; PP must be 1, got '$PP'" >&2
+    exit 2
+  fi
   local options=(
     --output "$OUTPUT_DIR" --preset "${PRESET:-large}" --tensor-parallel "${TP:-1}"
-    --deepspeed-config "${DS_CONFIG:-zero1}" --restarts "${RESTARTS:-1}"
+    --deepspeed-config "${DS_CONFIG:-zero1}" --restarts "${RESTARTS:-1}" --micro-batch-size "${MICRO_BATCH:-auto}"
   )
   if [ "$init" != none ]; then options+=(--init "$init"); fi
   if [ -n "${DATASET:-}" ]; then
@@ -40,15 +51,13 @@ finetune() {
   if [ -n "${MAX_SEQ_LENGTH:-}" ]; then options+=(--max-seq-length "$MAX_SEQ_LENGTH"); fi
   if [ -n "${SEED:-}" ]; then options+=(--seed "$SEED"); fi
 
-  # Rendezvous: the job's first node; a port derived from the job id (bert_ds.launcher does the same).
-  MASTER_ADDR="${MASTER_ADDR:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}"
-  MASTER_PORT="${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 40000))}"
-  export MASTER_ADDR MASTER_PORT
+  echo "bert_ds: $entrypoint from $init, job ${SLURM_JOB_ID:-(none: plan only)}, output $OUTPUT_DIR"
+  check_plan "$0" "$entrypoint" "${options[@]}" "$@"
+  rendezvous
   mkdir -p "$OUTPUT_DIR/logs"
-
-  echo "bert_ds: job $SLURM_JOB_ID, $SLURM_NTASKS task(s), $entrypoint from $init, output $OUTPUT_DIR"
+  echo "bert_ds: $SLURM_NTASKS task(s), master $MASTER_ADDR:$MASTER_PORT"
   # One process per GPU; bert_ds reads SLURM_PROCID etc. Each task logs to OUTPUT_DIR/logs/<job>-<task>.log.
   # Task options and "$@" come after the common ones: later options win, so extra arguments override.
   srun --kill-on-bad-exit=1 --output "$OUTPUT_DIR/logs/%j-%t.log" \
-    "$python" "$REPO/$entrypoint" "${options[@]}" "$@"
+    "$PYTHON" "$REPO/$entrypoint" "${options[@]}" "$@"
 }

@@ -1,9 +1,28 @@
 #!/usr/bin/env bash
-# BERT-LARGE pre-training, phase 1 of the paper's recipe (128 tokens, 90% of 1M steps), on N GPU nodes.
-#   cd /path/to/bert_ds && sbatch slurm/pretrain_large.sh [extra pretrain.py options]
+# BERT-LARGE pre-training on N GPU nodes: the paper's recipe, one 1M-step schedule in two phases.
+#   cd /path/to/bert_ds && bash slurm/pretrain_large_all.sh       both phases, phase 2 after phase 1
+#   cd /path/to/bert_ds && sbatch slurm/pretrain_large.sh         phase 1 only: 128 tokens, steps 0-900k
+#   DRY_RUN=1 bash slurm/pretrain_large.sh                        the launch plan for the #SBATCH layout
 # Edit the #SBATCH lines for your cluster; everything below reads environment variables with defaults,
-# so `NODES=... TP=2 OUTPUT_DIR=... sbatch slurm/pretrain_large.sh` needs no edit. Submit again (or let
-# Slurm requeue the job): it resumes from the latest complete checkpoint in OUTPUT_DIR.
+# so `TP=2 OUTPUT_DIR=... sbatch --nodes=8 slurm/pretrain_large.sh` needs no edit. Before srun the
+# script checks its launch plan (one process, seconds): a setting that cannot run fails here with
+# one `error:` line. Submit again (or let Slurm requeue the job): it resumes from the latest
+# complete checkpoint in OUTPUT_DIR.
+#   PHASE          1 (default: SEQ_LENGTH 128, stops at PHASE1_STEPS) or 2 (512 tokens to TRAIN_STEPS;
+#                  refuses to start unless phase 1's checkpoint at PHASE1_STEPS is there)
+#   PHASE1_STEPS   where phase 1 ends: 900000, 90% of TRAIN_STEPS (1000000) as in the paper
+#   PRESET TP PP   model size (large) and tensor/pipeline-parallel sizes (1, 1); DP = tasks / (TP x PP)
+#   DS_CONFIG      ds_configs/ name or JSON path (default: zero1, or pipeline when PP > 1)
+#   GLOBAL_BATCH   sequences per step (256); MICRO_BATCH per GPU (auto: the largest that fits the
+#                  per-GPU batch up to 64 sequences at 128 tokens, 16 at 512)
+#   DATA           sources [NAME=]LOCATION[@WEIGHT], space separated (default: BOOKS_DIR/*.txt, one book
+#                  per file, and the hub's English Wikipedia, in the paper's 800M : 2,500M words)
+#   BOOKS_DIR      default $REPO/data/bookcorpus
+#   TOKENIZER      default: bert-base-uncased (built in; Google's vocabulary); --lowercase as extra argument
+#   OUTPUT_DIR     checkpoints, metrics.jsonl, tensorboard/, logs/ (default $REPO/runs/bert-large)
+#   SAVE_INTERVAL KEEP_LAST LOG_INTERVAL TRAIN_STEPS STOP_AT_STEP SEQ_LENGTH PYTHON
+#   PLAN_AHEAD=1   (with DRY_RUN=1) phase 2's plan as if phase 1 had finished, without looking for
+#                  its checkpoint: what pretrain_large_all.sh checks at submission
 #SBATCH --job-name=bert-large
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=8
@@ -18,46 +37,59 @@ set -euo pipefail
 
 REPO="${BERT_DS_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}"
 PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
+# shellcheck source=SCRIPTDIR/_common.sh
+source "$REPO/slurm/_common.sh"
+PHASE="${PHASE:-1}"
+PHASE1_STEPS="${PHASE1_STEPS:-900000}"
+case "$PHASE" in
+  1) SEQ_LENGTH="${SEQ_LENGTH:-128}" STOP_AT_STEP="${STOP_AT_STEP-$PHASE1_STEPS}" ;;
+  2) SEQ_LENGTH="${SEQ_LENGTH:-512}" STOP_AT_STEP="${STOP_AT_STEP-}" ;;
+  *) echo "error: PHASE must be 1 or 2, got '$PHASE'" >&2; exit 2 ;;
+esac
 OUTPUT_DIR="${OUTPUT_DIR:-$REPO/runs/bert-large}"
 PRESET="${PRESET:-large}"
 TP="${TP:-1}"
 PP="${PP:-1}"
-DS_CONFIG="${DS_CONFIG:-zero1}"
-SEQ_LENGTH="${SEQ_LENGTH:-128}"
+DS_CONFIG="${DS_CONFIG:-}"
 TRAIN_STEPS="${TRAIN_STEPS:-1000000}"
-STOP_AT_STEP="${STOP_AT_STEP-900000}"   # phase 1 ends here; phase 2 (512 tokens) runs to TRAIN_STEPS
 GLOBAL_BATCH="${GLOBAL_BATCH:-256}"
-MICRO_BATCH="${MICRO_BATCH:-16}"
+MICRO_BATCH="${MICRO_BATCH:-auto}"
 SAVE_INTERVAL="${SAVE_INTERVAL:-2000}"
 KEEP_LAST="${KEEP_LAST:-3}"
 LOG_INTERVAL="${LOG_INTERVAL:-100}"
-# Sources: [NAME=]LOCATION[@WEIGHT], space separated; the paper's 800M : 2,500M words by default.
-DATA="${DATA:-books=/data/bookcorpus/*.txt@800 hf:wikimedia/wikipedia:20231101.en@2500}"
+BOOKS_DIR="${BOOKS_DIR:-$REPO/data/bookcorpus}"
+DATA="${DATA:-books=$BOOKS_DIR/*.txt@800 hf:wikimedia/wikipedia:20231101.en@2500}"
 TOKENIZER="${TOKENIZER:-}"
-
-# Rendezvous: the job's first node; a port derived from the job id (bert_ds.launcher does the same).
-MASTER_ADDR="${MASTER_ADDR:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}"
-MASTER_PORT="${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 40000))}"
-export MASTER_ADDR MASTER_PORT
-mkdir -p "$OUTPUT_DIR/logs"
 
 read -r -a data_sources <<< "$DATA"
 options=(
-  --preset "$PRESET" --tensor-parallel "$TP" --pipeline-parallel "$PP" --deepspeed-config "$DS_CONFIG"
+  --preset "$PRESET" --tensor-parallel "$TP" --pipeline-parallel "$PP"
   --seq-length "$SEQ_LENGTH" --train-steps "$TRAIN_STEPS" --global-batch-size "$GLOBAL_BATCH"
   --micro-batch-size "$MICRO_BATCH" --data "${data_sources[@]}"
-  --save "$OUTPUT_DIR" --auto-resume --save-interval "$SAVE_INTERVAL" --keep-last "$KEEP_LAST"
+  --save "$OUTPUT_DIR" --save-interval "$SAVE_INTERVAL" --keep-last "$KEEP_LAST"
   --log-interval "$LOG_INTERVAL" --metrics-file "$OUTPUT_DIR/metrics.jsonl" --tensorboard-dir "$OUTPUT_DIR/tensorboard"
 )
+if [ -n "$DS_CONFIG" ]; then options+=(--deepspeed-config "$DS_CONFIG"); fi
 if [ -n "$TOKENIZER" ]; then options+=(--tokenizer "$TOKENIZER"); fi
 if [ -n "$STOP_AT_STEP" ]; then options+=(--stop-at-step "$STOP_AT_STEP"); fi
+resume=(--auto-resume)
+if [ "$PHASE" = 2 ]; then resume+=(--phase-start-step "$PHASE1_STEPS"); fi
+if [ "${PLAN_AHEAD:-0}" = 1 ]; then
+  if [ "${DRY_RUN:-0}" != 1 ]; then echo "error: PLAN_AHEAD=1 only goes with DRY_RUN=1" >&2; exit 2; fi
+  if [ "$PHASE" = 2 ]; then resume+=(--plan-from-step "$PHASE1_STEPS"); fi
+fi
 
-echo "bert_ds: job $SLURM_JOB_ID on $SLURM_JOB_NUM_NODES node(s), $SLURM_NTASKS tasks, master $MASTER_ADDR:$MASTER_PORT, output $OUTPUT_DIR"
+echo "bert_ds: phase $PHASE of $PRESET pre-training, job ${SLURM_JOB_ID:-(none: plan only)}, output $OUTPUT_DIR"
+check_plan "$0" bert_ds/pretrain.py "${options[@]}" "${resume[@]}" "$@"
+rendezvous
+mkdir -p "$OUTPUT_DIR/logs"
+
+echo "bert_ds: $SLURM_JOB_NUM_NODES node(s), $SLURM_NTASKS tasks, master $MASTER_ADDR:$MASTER_PORT"
 # One process per GPU; srun starts them on every node (no ssh/pdsh), bert_ds reads SLURM_PROCID etc.
 # Each task's output goes to OUTPUT_DIR/logs/<job>-<task>.log.
 set +e
 srun --kill-on-bad-exit=1 --output "$OUTPUT_DIR/logs/%j-%t.log" \
-  "$PYTHON" "$REPO/bert_ds/pretrain.py" "${options[@]}" "$@"
+  "$PYTHON" "$REPO/bert_ds/pretrain.py" "${options[@]}" "${resume[@]}" "$@"
 status=$?
 set -e
 if [ "$status" -eq 99 ]; then

@@ -109,3 +109,29 @@ def read_metrics(path) -> list[dict]:
 
     with open(path) as lines:
         return [json.loads(line) for line in lines]
+
+
+def _written(save_dir) -> tuple[int, dict]:
+    import json
+    from pathlib import Path
+
+    save_dir = Path(save_dir)
+    marker = json.loads((save_dir / (save_dir / "latest").read_text() / "complete.json").read_text())
+    return sum(marker["files"].values()), marker
+
+
+def assert_checkpoint_matches_estimate(save_dir, objective_nsp: bool = True) -> None:
+    """The launch plan's checkpoint-size estimate is within 10% of what the latest checkpoint in
+    `save_dir` really holds (complete.json lists every file's size)."""
+    import pytest
+
+    from bert_ds.config import ModelConfig
+    from bert_ds.training.footprint import checkpoint_bytes
+
+    written, marker = _written(save_dir)
+    layout = marker["layout"]
+    estimate = checkpoint_bytes(
+        ModelConfig(**marker["model_config"]), tp=layout["tensor_parallel"], pp=layout["pipeline_parallel"],
+        dp=layout["data_parallel"], zero_stage=marker["zero_stage"], precision=marker["precision"], with_nsp=objective_nsp,
+    )
+    assert estimate == pytest.approx(written, rel=0.1), (estimate, written, marker["zero_stage"])

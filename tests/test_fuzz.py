@@ -27,7 +27,9 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from bert_ds.config import ConfigError, DataConfig, model_preset, padded_vocab_size, validate_layout
+from bert_ds.checkpoint.zero import CheckpointError
 from bert_ds.data.sources import DataError, parse_sources
+from bert_ds.data.tokenizer import TokenizerError
 from bert_ds.finetune.tasks import GLUE_TASKS, FinetuneDataError
 
 
@@ -164,29 +166,35 @@ def _pretrain_parser():
 SAMPLE_VOCAB = padded_vocab_size(2000)  # the sample tokenizer's size, as setup_parallel pads it
 
 
+class _SampleSizedTokenizer:
+    """Stands in for the sample's tokenizer in launch plans (its size only: nothing is read)."""
+
+    name, vocab_size = "sample", 2000
+
+    def casing(self) -> str:
+        return "as trained"
+
+
 def pretraining_checks(argv: list[str]) -> None:
-    """What bert_ds/pretrain.py does with a command line before it starts processes: parse,
-    build the model and data configs, check layouts and batches, build the DeepSpeed config."""
+    """What bert_ds/pretrain.py does with a command line before it starts processes: parse, then
+    the launch plan (sizes, batch plan, DeepSpeed config, data paths, resume) at several worlds."""
     from bert_ds.training.args import parse_args
-    from bert_ds.training.ds_config import build_deepspeed_config, optimizer_offloaded, zero_stage
+    from bert_ds.training.ds_config import optimizer_offloaded, zero_stage
+    from bert_ds.training.plan import resolve_plan
 
     with quiet_argparse():
         run = parse_args(argv)
-    model_config = run.model_config(SAMPLE_VOCAB)
-    run.data_config().validate(model_config.max_position_embeddings)  # PretrainingLoader's first step
-    outcome(lambda: parse_sources(run.data), DataError)  # setup_data
-    for world in (1, 2, 4, 8):
-        outcome(lambda: validate_layout(model_config, world, run.tensor_parallel, run.pipeline_parallel), ConfigError)
-    for dp in (1, 2, 3, 4):
-        if outcome(lambda: run.validate_batch(dp), ConfigError) is None:
-            continue
-        built = outcome(lambda: build_deepspeed_config(run, dp, "cpu"), ConfigError)
-        event(f"DeepSpeed config built: {built is not None}")
-        if built is not None:
-            ds_config, notes = built
-            assert ds_config["train_batch_size"] == run.global_batch_size
-            assert zero_stage(ds_config) in (0, 1, 2, 3)
-            assert isinstance(optimizer_offloaded(ds_config), bool)
+    for world in (1, 2, 3, 4, 8):
+        world_run = dataclasses.replace(run, world_size=world)
+        plan = outcome(lambda: resolve_plan(world_run, target="cpu", tokenizer=_SampleSizedTokenizer(), sample_data=False),
+                       ConfigError, DataError, TokenizerError, CheckpointError)
+        event(f"plan resolved: {plan is not None}")
+        if plan is not None:
+            batch = plan.batch
+            assert batch.micro_batch_size * batch.data_parallel * batch.accumulation == run.global_batch_size
+            assert plan.ds_config["train_batch_size"] == run.global_batch_size
+            assert zero_stage(plan.ds_config) in (0, 1, 2, 3)
+            assert isinstance(optimizer_offloaded(plan.ds_config), bool)
 
 
 @fuzz(400)
@@ -215,7 +223,7 @@ def finetuning_checks(argv: list[str]) -> None:
     """What a fine-tuning entrypoint does before it loads data or weights: parse, build the job,
     the model config (random-weights path of starting_point.resolve), the layout and each run's
     batch plan and DeepSpeed config."""
-    from bert_ds.finetune.args import BatchPlan, config_from_args
+    from bert_ds.finetune.args import batch_plan, config_from_args
     from bert_ds.finetune.glue import DEFAULT_SEQ_LENGTH
     from bert_ds.training.ds_config import build_deepspeed_config
 
@@ -233,9 +241,10 @@ def finetuning_checks(argv: list[str]) -> None:
         return
     for run_settings in job.settings()[:8]:
         for dp in [dp for dp in layouts if dp] + [3]:
-            plan = outcome(lambda: BatchPlan(job, run_settings, dp), ConfigError)
-            if plan is not None and outcome(lambda: plan.validate_batch(dp), ConfigError) is not None:
-                built = outcome(lambda: build_deepspeed_config(plan, dp, "cpu"), ConfigError)
+            plan = outcome(lambda: batch_plan(job, run_settings, dp, model_config), ConfigError)
+            if plan is not None:
+                built = outcome(lambda: build_deepspeed_config(job.deepspeed_config, plan, "cpu", zero_stage=job.zero_stage,
+                                                               clip_grad=job.clip_grad), ConfigError)
                 event(f"DeepSpeed config built: {built is not None}")
 
 
@@ -271,7 +280,7 @@ def test_pretraining_options_refused_for_later_failures(argv):
     "extra",
     [
         ["--eval-batch-size", "0"],  # predict(): range(..., 0) raises ValueError after training
-        ["--micro-batch-size", "-4"],  # BatchPlan: micro -4, accumulation -8, no error
+        ["--eval-batch-size", "-1"],
         ["--max-seq-length", "0"],  # silently replaced by the task default
         ["--restarts", str(10**12)],  # settings() builds a list of 10**12 runs (memory, hang)
         ["--grid", "--grid-lrs=-1,nan"],  # grid learning rates are never checked
@@ -342,7 +351,8 @@ _DS_FILE = st.one_of(
 @example(content=b"[" * 100_000, zero_stage_option=None, pp=1)
 def test_deepspeed_config_file(tmp_path, content, zero_stage_option, pp):
     from bert_ds.training.args import parse_args
-    from bert_ds.training.ds_config import build_deepspeed_config, optimizer_offloaded, zero_stage
+    from bert_ds.training.batch_plan import BatchPlan
+    from bert_ds.training.ds_config import optimizer_offloaded, pretraining_deepspeed_config, zero_stage
 
     path = tmp_path / "ds.json"
     path.write_bytes(content)
@@ -351,7 +361,7 @@ def test_deepspeed_config_file(tmp_path, content, zero_stage_option, pp):
     run = outcome(lambda: parse_args(argv), ConfigError)
     if run is None:
         return
-    built = outcome(lambda: build_deepspeed_config(run, 1, "cpu"), ConfigError)
+    built = outcome(lambda: pretraining_deepspeed_config(run, BatchPlan(16, 8, 1), "cpu"), ConfigError)
     if built is not None:
         config, _notes = built
         assert zero_stage(config) in (0, 1, 2, 3)

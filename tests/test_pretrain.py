@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from tests.helpers import read_metrics, run_pretrain
+from tests.helpers import assert_checkpoint_matches_estimate, read_metrics, run_pretrain
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,7 @@ def test_resume_is_exact(tmp_path, cache, extra):
     save = str(tmp_path / "ckpt")
     first, _ = _train(tmp_path, cache, extra + ["--save", save, "--stop-at-step", "4"], nproc=2, steps=8, name="first")
     assert [m["step"] for m in first] == [1, 2, 3, 4]
+    assert_checkpoint_matches_estimate(save)  # the launch plan's estimate, at DP=2 ZeRO-2 and PP=2 ZeRO-1
     second, result = _train(tmp_path, cache, extra + ["--load", save], nproc=2, steps=8, name="second")
     assert "resumed from" in result.stdout and "step 4" in result.stdout
     assert [m["step"] for m in second] == [5, 6, 7, 8]
@@ -94,7 +95,8 @@ def test_auto_resume_starts_fresh_then_continues(tmp_path, cache):
     "extra, message",
     [
         (["--tensor-parallel", "3"], "4 attention heads are not divisible by tensor parallel size 3"),
-        (["--global-batch-size", "12"], "global batch size 12 is not divisible by micro batch size x data parallel = 8 x 1 = 8"),
+        (["--global-batch-size", "12", "--micro-batch-size", "8"],
+         "global batch size 12 is not divisible by micro batch size x data parallel = 8 x 1 = 8"),
         (["--data", "missing/books.txt"], "--tokenizer is required"),
         (["--load", "{tmp}/empty"], "no complete checkpoint in this folder (it is empty)"),
         (["--load", "{tmp}/partial"], "no complete checkpoint in this folder (incomplete: step00000004)"),

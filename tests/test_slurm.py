@@ -1,6 +1,5 @@
 """`sbatch slurm/pretrain_large.sh` and slurm/finetune_*.sh on a real single-node Slurm (slurmctld + slurmd + munge)."""
 
-import csv
 import json
 import os
 import random
@@ -12,6 +11,7 @@ import time
 import pytest
 
 from tests.helpers import REPO, read_metrics
+from tests.task_fixtures import write_squad, write_sst2_plumbing, write_swag
 
 pytestmark = pytest.mark.skipif(
     shutil.which("slurmctld") is None or shutil.which("munged") is None or os.geteuid() != 0,
@@ -132,58 +132,46 @@ def test_cancelled_job_leaves_a_checkpoint_the_next_job_resumes(slurm, cache, tm
     assert (out / "latest").read_text() == f"step{saved + 2:08d}"
 
 
+def test_phase_two_waits_for_phase_one_and_both_chain_in_one_command(slurm, cache, tmp_path):
+    """Phase 2 submitted alone on an unfinished phase 1 refuses to start (exit 2, nothing written);
+    `bash slurm/pretrain_large_all.sh` plans both phases, then phase 2 runs after phase 1 completes
+    (afterok) and continues its schedule at 512 tokens."""
+    out = tmp_path / "run"
+    env = {"OUTPUT_DIR": str(out), "PRESET": "tiny", "DATA": "sample", "GLOBAL_BATCH": "16", "MICRO_BATCH": "8",
+           "LOG_INTERVAL": "1", "TRAIN_STEPS": "6", "PHASE1_STEPS": "4", "SAVE_INTERVAL": "2", "BERT_DS_CACHE": cache}
+    early = _sbatch(slurm, "slurm/pretrain_large_phase2.sh", out, env)
+    assert _wait_done(slurm, early) == "FAILED"
+    log = (tmp_path / f"run-{early}.out").read_text()
+    assert "error: This phase starts at step 4 but" in log and "holds no checkpoint" in log
+    assert not out.exists()
+
+    result = subprocess.run(
+        ["bash", "slurm/pretrain_large_all.sh", "--cpus-per-task=1", "--gpus-per-node=0", "--partition=debug",
+         "--time=15", f"--output={tmp_path}/all-%j.out"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+        env={**slurm, "OMP_NUM_THREADS": "1", "NODES": "1", "TASKS_PER_NODE": "2", **env},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.count("bert_ds launch plan (pre-training)") == 2  # both phases planned before submitting
+    first, second = (line.split("job ")[1].split(";")[0].split(",")[0] for line in result.stdout.splitlines()[-1].split("; "))
+    assert _wait_done(slurm, second) == "COMPLETED", (tmp_path / f"all-{second}.out").read_text()[-3000:]
+    assert _job_state(slurm, first) == "COMPLETED"
+    metrics = read_metrics(out / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6]
+    tokens_per_sample = [(b["consumed_tokens"] - a["consumed_tokens"]) / 16 for a, b in zip(metrics, metrics[1:])]
+    assert max(tokens_per_sample[:3]) <= 128 < min(tokens_per_sample[3:])  # steps 5-6 at 512 tokens
+    assert "sequence length 128 -> 512" in (out / "logs" / f"{second}-0.log").read_text()
+
+
 # --- fine-tuning scripts: tiny original-format data, the tiny pre-training checkpoint as INIT -----------
-
-_WORDS = "the a film plot actor scene story music ending cast was is very quite rather good bad dull fun".split()
-
-
-def _sentence(rng, n: int = 6) -> str:
-    return " ".join(rng.choice(_WORDS) for _ in range(n)) + "."
-
-
-def _write_glue(root, rng) -> None:
-    folder = root / "SST-2"
-    folder.mkdir(parents=True)
-    for split, count in (("train", 16), ("dev", 8)):
-        rows = [f"{_sentence(rng)}\t{i % 2}" for i in range(count)]
-        (folder / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
-
-
-def _write_squad(root, rng) -> None:
-    root.mkdir()
-    for split, count in (("train", 8), ("dev", 4)):
-        paragraphs = []
-        for i in range(count):
-            answer = f"the {rng.choice(_WORDS)} {rng.choice(_WORDS)}"
-            context = f"{_sentence(rng)} It was {answer} in the end. {_sentence(rng)}"
-            qa = dict(id=f"{split}-{i}", question=f"what was it {i}?",
-                      answers=[dict(text=answer, answer_start=context.index(answer))])
-            paragraphs.append(dict(context=context, qas=[qa]))
-        data = dict(version="1.1", data=[dict(title=f"{split} article", paragraphs=paragraphs)])
-        (root / f"{split}-v1.1.json").write_text(json.dumps(data))
-
-
-def _write_swag(root, rng) -> None:
-    root.mkdir()
-    header = ["", "video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source",
-              "ending0", "ending1", "ending2", "ending3", "label"]
-    for split, count in (("train", 8), ("val", 4)):
-        with open(root / f"{split}.csv", "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(header)
-            for i in range(count):
-                sent1, sent2 = _sentence(rng), "then, the actor"
-                endings = [_sentence(rng, 4) for _ in range(4)]
-                writer.writerow([i, f"video_{i}", i, f"{sent1} {sent2}", sent1, sent2, "gold", *endings, i % 4])
-
 
 @pytest.fixture(scope="module")
 def finetune_data(tmp_path_factory):
     """GLUE SST-2 (glue_data layout), SQuAD v1.1 and SWAG folders of a few examples each."""
     root, rng = tmp_path_factory.mktemp("finetune_data"), random.Random(0)
-    _write_glue(root / "glue_data", rng)
-    _write_squad(root / "squad", rng)
-    _write_swag(root / "swag", rng)
+    write_sst2_plumbing(root / "glue_data", rng)
+    write_squad(root / "squad", rng)
+    write_swag(root / "swag", rng)
     return root
 
 

@@ -34,7 +34,7 @@ def resolve_tag_dir(path: str) -> Path:
     return folder / zero.require_latest(str(folder))
 
 
-def _load(path: Path) -> dict:
+def read_checkpoint_file(path: Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"Checkpoint file {path} is missing.")
     try:
@@ -46,7 +46,7 @@ def _load(path: Path) -> dict:
 
 def read_rank_files(tag_dir: Path) -> list[dict]:
     marker = json.loads((tag_dir / zero.COMPLETE).read_text())
-    states = [_load(zero.rank_file(tag_dir, rank)) for rank in range(marker["world_size"])]
+    states = [read_checkpoint_file(zero.rank_file(tag_dir, rank)) for rank in range(marker["world_size"])]
     for rank, state in enumerate(states):
         if "layout" not in state:
             raise CheckpointError(
@@ -63,7 +63,7 @@ def _tp_local_tensors(tag_dir: Path, ranks: list[dict], with_moments: bool) -> t
     step = None
     for record in sorted(ranks, key=lambda r: r["layout"]["dp_rank"]):
         layout = record["layout"]
-        optim = _load(tag_dir / layout["optimizer_file"])["optimizer_state_dict"]
+        optim = read_checkpoint_file(tag_dir / layout["optimizer_file"])["optimizer_state_dict"]
         groups = optim["base_optimizer_state"]["state"]
         for group, mapping in enumerate(optim["param_slice_mappings"]):
             flat = dict(fp32=optim["single_partition_of_fp32_groups"][group])
@@ -89,7 +89,7 @@ def _tp_local_tensors_without_zero(tag_dir: Path, ranks: list[dict], with_moment
     """The same for a run without ZeRO: weights in DeepSpeed's model file (written by DP rank 0),
     Adam moments in its torch optimizer state, keyed by position in the parameter groups."""
     record = min(ranks, key=lambda r: r["layout"]["dp_rank"])["layout"]
-    states = _load(tag_dir / record["model_file"])
+    states = read_checkpoint_file(tag_dir / record["model_file"])
     module, optimizer = states["module"], states.get("optimizer")
     if with_moments and (optimizer is None or record.get("optimizer_order") is None):
         raise CheckpointError(f"{tag_dir / record['model_file']} holds no optimizer state to convert.")
@@ -149,7 +149,7 @@ def zero_to_portable(checkpoint_dir: str, out: str, optimizer: bool = False) -> 
 
     tag_dir = resolve_tag_dir(checkpoint_dir)
     full, adam_step, records = read_full_state(tag_dir, with_moments=optimizer)
-    model_states = _load(tag_dir / "mp_rank_00_model_states.pt")
+    model_states = read_checkpoint_file(tag_dir / "mp_rank_00_model_states.pt")
     for key in ("model_config", "state", "run"):
         if key not in model_states:
             raise CheckpointError(f"{tag_dir / 'mp_rank_00_model_states.pt'} lacks {key!r}; not a bert_ds checkpoint.")

@@ -21,12 +21,13 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from bert_ds.checkpoint.zero import CheckpointError
 from bert_ds.config import ModelConfig
+
+if TYPE_CHECKING:  # torch is only needed once tensors are read or written: launch plans stay light
+    import torch
 
 FORMAT = "bert_ds-portable"
 VERSION = 1

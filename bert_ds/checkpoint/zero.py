@@ -9,6 +9,7 @@ Layout of `SAVE_DIR/`:
     tokenizer/               the run's tokenizer (for exports and conversions)
 
 A crash mid-save leaves a tag without complete.json; it is never picked as latest.
+torch is imported where tensors or collectives are used, so launch plans read markers without it.
 """
 
 from __future__ import annotations
@@ -19,9 +20,6 @@ import shutil
 import time
 from pathlib import Path
 from typing import Optional
-
-import torch
-import torch.distributed as dist
 
 COMPLETE = "complete.json"
 LATEST = "latest"
@@ -53,13 +51,20 @@ def complete_tags(save_dir: Path) -> list[str]:
     return sorted(p.parent.name for p in save_dir.glob(f"*/{COMPLETE}"))
 
 
-def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict, keep_last: Optional[int]) -> Path:
+def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict, keep_last: Optional[int],
+         summary: Optional[dict] = None) -> Path:
     """Collective: every rank calls it. Returns the tag folder once the checkpoint is complete.
+
+    `summary` (JSON values) goes into complete.json, where launch plans read it without opening
+    DeepSpeed's files (model shape, sequence length, the step the run was to stop at).
 
     A write that fails on any rank (full disk, unwritable folder) fails the save on every rank
     with one CheckpointError naming the rank and the error; the partial folder is removed and
     `latest` still names the previous checkpoint, untouched.
     """
+    import torch
+    import torch.distributed as dist
+
     from bert_ds.training import faults
 
     root = Path(save_dir)
@@ -101,7 +106,7 @@ def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict,
     if rank == 0:
         files = {str(p.relative_to(tag_dir)): p.stat().st_size for p in sorted(tag_dir.rglob("*")) if p.is_file()}
         marker = dict(step=step, world_size=dist.get_world_size(), layout=rank_state["layout"]["sizes"],
-                      time=time.time(), files=files)
+                      time=time.time(), files=files, **(summary or {}))
         _write_atomically(tag_dir / COMPLETE, json.dumps(marker))
         _write_atomically(root / LATEST, tag)
         if keep_last:
@@ -115,6 +120,8 @@ def gather_failures(failure: str) -> list[str]:
     """Collective: every rank's failure message (empty list: all succeeded). Work one rank does for
     all (a conversion, a folder) ends with it, so an error there is every rank's clear error, not
     a barrier the others wait at forever."""
+    import torch.distributed as dist
+
     messages = [None] * dist.get_world_size()
     dist.all_gather_object(messages, failure)
     return [m for m in messages if m]
@@ -139,6 +146,8 @@ def verify(tag_dir: Path) -> None:
 def prepare_save_dir(save_dir: str, tokenizer) -> None:
     """Collective: create --save and keep the run's tokenizer in it (rank 0, once), so that an
     unwritable folder is one clear error at start-up on every rank."""
+    import torch.distributed as dist
+
     failure = ""
     if dist.get_rank() == 0:
         try:
@@ -173,6 +182,15 @@ def latest_complete_tag(load_dir: str) -> Optional[str]:
     return tags[-1] if tags else None
 
 
+def read_marker(load_dir: str, tag: str) -> dict:
+    """A checkpoint's complete.json (step, layout, files, and the summary of newer checkpoints)."""
+    marker_file = Path(load_dir) / tag / COMPLETE
+    try:
+        return json.loads(marker_file.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{marker_file} is unreadable: {error}") from None
+
+
 def require_latest(load_dir: str) -> str:
     """The tag to resume from, or a CheckpointError saying why there is none."""
     root = Path(load_dir)
@@ -189,6 +207,9 @@ def require_latest(load_dir: str) -> str:
 def load(engine, load_dir: str, tag: str, world_size: int) -> tuple[dict, dict]:
     """Collective: restore the engine (model, optimizer, schedule) and return (client state, this
     rank's own state). The layout must match the one that saved it."""
+    import torch
+    import torch.distributed as dist
+
     tag_dir = Path(load_dir) / tag
     marker = json.loads((tag_dir / COMPLETE).read_text())
     if marker["world_size"] != world_size:

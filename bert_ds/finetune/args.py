@@ -11,10 +11,12 @@ import argparse
 import dataclasses
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
-from bert_ds.config import PRESETS, ConfigError, gradient_accumulation_steps
+from bert_ds.config import PRESETS, ConfigError
+from bert_ds.data.tokenizer import add_lowercase_argument
+from bert_ds.training.args import micro_batch_size
 
 PAPER_GRID = dict(batch_sizes=(16, 32), lrs=(5e-5, 3e-5, 2e-5), epochs=(2, 3, 4))
 
@@ -31,6 +33,8 @@ class FinetuneConfig:
     """Model size when there is no --init (with --init the checkpoint decides)."""
     tokenizer: Optional[str] = None
     """Tokenizer; default: the one stored with --init."""
+    lowercase: Optional[bool] = None
+    """Override a WordPiece vocabulary's casing (None: the vocabulary's own)."""
     tensor_parallel: int = 1
     deepspeed_config: str = "zero1"
     zero_stage: Optional[int] = None
@@ -38,7 +42,8 @@ class FinetuneConfig:
     batch_size: int = 32
     """Global batch size (micro batch x DP x accumulation)."""
     micro_batch_size: Optional[int] = None
-    """Per-rank micro batch; default: the whole per-rank batch at once."""
+    """Per-rank micro batch; None (`auto`): the largest divisor of the per-rank batch up to the
+    model's ceiling (training/batch_plan.py)."""
     lr: float = 2e-5
     epochs: int = 3
     warmup_proportion: float = 0.1
@@ -55,8 +60,12 @@ class FinetuneConfig:
     eval_batch_size: int = 64
     save_model: bool = True
     """Keep the selected run's weights as a portable checkpoint (OUTPUT/model), exportable to HF."""
-    pipeline_parallel: int = field(default=1, init=False)
-    """Fine-tuning runs without pipeline stages (read by the DeepSpeed config builder)."""
+    dry_run: Optional[str] = None
+    """Print the launch plan for this device kind (auto, gpu or cpu) and exit; None: train."""
+    world_size: Optional[int] = None
+    """Processes the plan is for (default: from the launcher's variables)."""
+    plan_json: Optional[str] = None
+    """Also write the resolved plan as JSON to this path."""
 
     def settings(self) -> list["RunSettings"]:
         """Every (batch, lr, epochs, seed) to run, grid settings in order, restarts innermost."""
@@ -82,22 +91,13 @@ class RunSettings:
         return dict(batch_size=self.batch_size, lr=self.lr, epochs=self.epochs)
 
 
-class BatchPlan:
-    """What DeepSpeed's config builder reads from a run (see training/ds_config.py)."""
+def batch_plan(job: FinetuneConfig, settings: RunSettings, data_parallel: int, model_config, sequences_per_example: int = 1):
+    """The BatchPlan of one run (training/batch_plan.py): --micro-batch-size, or `auto` up to the
+    model's ceiling at --max-seq-length (a multiple-choice example is one sequence per choice)."""
+    from bert_ds.training.batch_plan import micro_batch_ceiling, plan_batches
 
-    def __init__(self, job: FinetuneConfig, settings: RunSettings, data_parallel: int):
-        self.deepspeed_config, self.zero_stage = job.deepspeed_config, job.zero_stage
-        self.pipeline_parallel, self.clip_grad = 1, job.clip_grad
-        self.global_batch_size = settings.batch_size
-        per_rank, remainder = divmod(settings.batch_size, data_parallel)
-        if remainder or per_rank == 0:
-            raise ConfigError(
-                f"Invalid configuration: batch size {settings.batch_size} is not divisible by data parallel {data_parallel}."
-            )
-        self.micro_batch_size = min(job.micro_batch_size or per_rank, per_rank)
-
-    def validate_batch(self, data_parallel: int) -> int:
-        return gradient_accumulation_steps(self.global_batch_size, self.micro_batch_size, data_parallel)
+    ceiling = max(1, micro_batch_ceiling(model_config, job.max_seq_length) // sequences_per_example)
+    return plan_batches(settings.batch_size, job.micro_batch_size, data_parallel, ceiling, option="--batch-size")
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -114,12 +114,14 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     add("--init", default=None, help="bert_ds checkpoint (ZeRO or portable) or Hugging Face BERT folder")
     add("--preset", default="large", choices=sorted(PRESETS), help="model size without --init")
     add("--tokenizer", default=None, help="tokenizer (default: the one stored with --init)")
+    add_lowercase_argument(parser)
     add("--tensor-parallel", type=int, default=1, help="tensor-parallel size")
     add("--deepspeed-config", default="zero1", help="ds_configs/ name or JSON path")
     add("--zero-stage", type=int, default=None, choices=[0, 1, 2], help="override the config's ZeRO stage")
     add("--max-seq-length", type=int, default=None, help="tokens per sequence (default: per task)")
     add("--batch-size", type=int, default=32, help="global batch size")
-    add("--micro-batch-size", type=int, default=None, help="per-rank micro batch (default: all at once)")
+    add("--micro-batch-size", type=micro_batch_size, default=None,
+        help="per-rank micro batch, or auto: the largest that divides the per-rank batch up to the model's ceiling (default auto)")
     add("--lr", type=float, default=2e-5, help="peak learning rate")
     add("--epochs", type=int, default=3, help="training epochs")
     add("--warmup-proportion", type=float, default=0.1, help="share of steps for linear warm-up")
@@ -134,6 +136,10 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     add("--restarts", type=int, default=1, help="runs per setting with different seeds (best on dev kept)")
     add("--eval-batch-size", type=int, default=64)
     add("--no-save-model", dest="save_model", action="store_false", help="do not keep the selected model")
+    add("--dry-run", nargs="?", const="auto", default=None, choices=["auto", "gpu", "cpu"],
+        help="print the launch plan for this device (auto), or for GPUs or CPUs, and exit: 0 if the job would start, 2 otherwise")
+    add("--world-size", type=int, default=None, help="processes to plan for (default: the launcher's variables)")
+    add("--plan-json", default=None, help="also write the resolved launch plan as JSON to this path")
     add("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
 
 
@@ -164,6 +170,7 @@ def config_from_args(args: argparse.Namespace, default_seq_length: int) -> Finet
         ("--clip-grad", math.isfinite(job.clip_grad) and job.clip_grad >= 0),
         ("--weight-decay", math.isfinite(job.weight_decay) and job.weight_decay >= 0),
         ("--seed", 0 <= job.seed < 2**32),
+        ("--world-size", job.world_size is None or job.world_size >= 1),
     ]
     bad = [name for name, ok in checks if not ok]
     if bad:

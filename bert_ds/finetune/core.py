@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from bert_ds.finetune.args import BatchPlan, FinetuneConfig, RunSettings
+from bert_ds.finetune.args import FinetuneConfig, RunSettings, batch_plan
 from bert_ds.finetune.batches import collate, outputs_per_feature
 from bert_ds.model.heads import TaskKind, finetuning_loss
 
@@ -86,7 +86,12 @@ def build_model(start, task: TaskData, layout, seed: int):
     return model.to(layout.device)
 
 
-def _engine(job: FinetuneConfig, settings: RunSettings, model, layout, total_steps: int):
+def sequences_per_example(task: TaskData) -> int:
+    """Sequences one training example becomes (multiple choice: one per choice)."""
+    return len(task.train[0]["input_ids"]) if task.kind == "multiple_choice" and task.train else 1
+
+
+def _engine(job: FinetuneConfig, settings: RunSettings, model, layout, total_steps: int, model_config, task):
     import deepspeed
 
     from bert_ds.distributed import DeepSpeedMPU
@@ -94,8 +99,9 @@ def _engine(job: FinetuneConfig, settings: RunSettings, model, layout, total_ste
     from bert_ds.training.ds_config import build_deepspeed_config, skip_single_replica_allreduce
     from bert_ds.training.optim import parameter_groups, warmup_linear_decay
 
-    plan = BatchPlan(job, settings, layout.data_parallel)
-    ds_config, notes = build_deepspeed_config(plan, layout.data_parallel, layout.device.type)
+    plan = batch_plan(job, settings, layout.data_parallel, model_config, sequences_per_example(task))
+    ds_config, notes = build_deepspeed_config(job.deepspeed_config, plan, layout.device.type, zero_stage=job.zero_stage,
+                                              clip_grad=job.clip_grad)
     optimizer = torch.optim.AdamW(parameter_groups(model, job.weight_decay), lr=settings.lr, betas=(0.9, 0.999), eps=1e-6, fused=True)
     multiplier = warmup_linear_decay(max(1, int(job.warmup_proportion * total_steps)), total_steps)
     engine, *_ = deepspeed.initialize(
@@ -164,7 +170,7 @@ def run_once(job: FinetuneConfig, task: TaskData, start, layout, settings: RunSe
     reseed(layout, settings.seed, 0)  # dropout streams of this run
     model = build_model(start, task, layout, settings.seed)
     steps = math.ceil(len(task.train) / settings.batch_size)
-    engine, plan, notes = _engine(job, settings, model, layout, steps * settings.epochs)
+    engine, plan, notes = _engine(job, settings, model, layout, steps * settings.epochs, start.model_config, task)
     for note in notes:
         say(layout, note)
     pad_id = start.tokenizer.pad_id

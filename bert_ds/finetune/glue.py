@@ -19,6 +19,9 @@ import numpy as np  # noqa: E402
 from bert_ds.finetune.tasks import GLUE_TASKS, FinetuneDataError, eval_name, get_task  # noqa: E402
 
 DEFAULT_SEQ_LENGTH = 128
+SMALL_TASKS = ("cola", "stsb", "mrpc", "rte")
+"""The paper's small GLUE tasks, where BERT-LARGE fine-tuning was sometimes unstable and several
+random restarts were run, the best on dev kept (§4.1)."""
 
 
 def add_arguments(parser) -> None:
@@ -26,6 +29,8 @@ def add_arguments(parser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--data-dir", default=None, help="glue_data folder (or one task's folder)")
     source.add_argument("--dataset", default=None, help="hub dataset id, e.g. nyu-mll/glue")
+    parser.add_argument("--small-task-restarts", type=int, default=None,
+                        help=f"restarts on {', '.join(SMALL_TASKS)} (the paper's small tasks; default: --restarts)")
 
 
 def _data_spec(args) -> str:
@@ -108,6 +113,39 @@ def build_task(task_name: str, data: str, tokenizer, max_length: int, say=print)
     )
 
 
+def task_names(args) -> list[str]:
+    return list(GLUE_TASKS) if args.task == "all" else [args.task]
+
+
+def task_restarts(args, name: str) -> int | None:
+    """The restarts of one task: --small-task-restarts on the small tasks, else None (--restarts)."""
+    from bert_ds.config import ConfigError
+
+    if args.small_task_restarts is not None and not 1 <= args.small_task_restarts <= 1000:
+        raise ConfigError(f"Invalid value for --small-task-restarts: {args.small_task_restarts} (1 to 1000).")
+    return args.small_task_restarts if name in SMALL_TASKS else None
+
+
+def plan_data(args, job) -> list:
+    """The dry run's view of the data: every task's local files read and checked as the job reads them."""
+    from bert_ds.finetune.glue_data import load_glue
+    from bert_ds.finetune.plan import TaskPlan
+
+    data, plans = _data_spec(args), []
+    for name in task_names(args):
+        task = get_task(name)
+        outputs = 1 if task.is_regression else len(task.labels)
+        if data.startswith("hf:"):
+            plans.append(TaskPlan(task.name, "classification", outputs, None, f"{data}: hub dataset, read at start",
+                                  restarts=task_restarts(args, name)))
+            continue
+        splits = ("train",) + task.dev_splits + (task.test_splits if _test_available(task, data) else ())
+        reports = [load_glue(task, split, data)[1] for split in splits]
+        plans.append(TaskPlan(task.name, "classification", outputs, reports[0].rows,
+                              "\n".join(r.summary() for r in reports), restarts=task_restarts(args, name)))
+    return plans
+
+
 def run_tasks(args, job, start, layout) -> dict:
     import dataclasses
 
@@ -116,10 +154,12 @@ def run_tasks(args, job, start, layout) -> dict:
     from bert_ds.finetune.outputs import RESULTS, write_json
 
     data = _data_spec(args)
-    names = [t for t in GLUE_TASKS] if args.task == "all" else [args.task]
+    names = task_names(args)
     summaries = {}
     for name in names:
-        task_job = dataclasses.replace(job, output=str(Path(job.output) / name)) if len(names) > 1 else job
+        task_job = dataclasses.replace(job, restarts=task_restarts(args, name) or job.restarts)
+        if len(names) > 1:
+            task_job = dataclasses.replace(task_job, output=str(Path(job.output) / name))
         Path(task_job.output).mkdir(parents=True, exist_ok=True)
         task = build_task(name, data, start.tokenizer, job.max_seq_length, say=lambda text: say(layout, text))
         summaries[name] = run_job(task_job, task, start, layout)
@@ -139,7 +179,8 @@ def run_tasks(args, job, start, layout) -> dict:
 def main(argv=None) -> int:
     from bert_ds.finetune.entrypoint import main as entry
 
-    return entry(argv, "bert_ds/finetune/glue.py", "Fine-tune BERT on a GLUE task.", add_arguments, run_tasks, DEFAULT_SEQ_LENGTH)
+    return entry(argv, "bert_ds/finetune/glue.py", "Fine-tune BERT on a GLUE task.", add_arguments, run_tasks,
+                 DEFAULT_SEQ_LENGTH, plan_data)
 
 
 if __name__ == "__main__":

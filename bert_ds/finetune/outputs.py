@@ -5,6 +5,7 @@ results.json:
     metrics    official metric name -> dev value of the selected run
     selected   its hyper-parameters (batch_size, lr, epochs) and seed
     runs       how many runs the selection looked at (grid settings x restarts)
+    selection_budget   the same as numbers: settings, restarts per setting, runs
     restarts   the selected setting over its restarts: scores, mean, std
     all_runs   every run: settings, dev score, per-epoch history
 The selected model (OUTPUT/model, portable; `python -m bert_ds.checkpoint export-hf` turns it
@@ -90,6 +91,7 @@ def write_results(job, task, results: list, best, layout) -> dict:
         selected=dict(best.settings.hyperparameters(), seed=best.settings.seed),
         runs=len(results),
         selection=f"best dev score of {len(results)} run(s): {len(results) // job.restarts} setting(s) x {job.restarts} restart(s)",
+        selection_budget=dict(settings=len(results) // job.restarts, restarts=job.restarts, runs=len(results)),
         restarts=dict(scores=scores, mean=float(np.mean(scores)), std=float(np.std(scores)), count=len(scores)),
         init=job.init,
         all_runs=[

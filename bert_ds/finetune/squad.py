@@ -171,11 +171,30 @@ def run_tasks(args, job, start, layout) -> dict:
     return run_job(job, task, start, layout)
 
 
+def plan_data(args, job) -> list:
+    """The dry run's view of the data: local files read and checked as the job reads them (the
+    windows, hence the training features, are counted at start: at least one per question)."""
+    from bert_ds.finetune.plan import TaskPlan
+    from bert_ds.finetune.squad_data import load_squad
+    from bert_ds.finetune.tasks import parse_hub_spec
+
+    specs = data_specs(args)
+    check_options(args)
+    name = "squad_v2" if args.version == "2.0" else "squad"
+    options = {"doc stride": args.doc_stride, "max query length": args.max_query_length,
+               "n-best": args.n_best_size, "max answer length": args.max_answer_length}
+    if parse_hub_spec(specs["train"]) is not None:
+        return [TaskPlan(name, "span", 2, None, f"{specs['train']}: hub dataset, read at start", options=options)]
+    reports = [load_squad(split, specs[split], args.version)[1] for split in ("train", "dev")]
+    data = "\n".join(r.summary() for r in reports) + "\n(steps counted per question; windows add more at start)"
+    return [TaskPlan(name, "span", 2, reports[0].rows, data, options=options)]
+
+
 def main(argv=None) -> int:
     from bert_ds.finetune.entrypoint import main as entry
 
     return entry(argv, "bert_ds/finetune/squad.py", "Fine-tune BERT on SQuAD v1.1 or v2.0.", add_arguments, run_tasks,
-                 DEFAULT_SEQ_LENGTH)
+                 DEFAULT_SEQ_LENGTH, plan_data)
 
 
 if __name__ == "__main__":

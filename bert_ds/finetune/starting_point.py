@@ -71,24 +71,29 @@ def _portable(init: str, output: Path, rank: int) -> PortableCheckpoint:
 
 def resolve(job, rank: int) -> StartingPoint:
     """Collective: the checkpoint, tokenizer and model config of `job` (a FinetuneConfig)."""
-    output = Path(job.output)
-    checkpoint = _portable(job.init, output, rank) if job.init else None
+    checkpoint = _portable(job.init, Path(job.output), rank) if job.init else None
     if job.tokenizer:
-        tokenizer = load_tokenizer(job.tokenizer)
+        tokenizer = load_tokenizer(job.tokenizer, job.lowercase)
     elif checkpoint is not None and checkpoint.tokenizer_dir is not None:
-        tokenizer = load_tokenizer(checkpoint.tokenizer_dir)
+        tokenizer = load_tokenizer(checkpoint.tokenizer_dir, job.lowercase)
     else:
         raise ConfigError("--tokenizer is required: --init is missing or stores no tokenizer.")
     if checkpoint is not None:
         config, description = checkpoint.model_config, f"{job.init} ({checkpoint.manifest.get('source', 'portable')})"
     else:
         config, description = model_preset(job.preset), f"random weights (preset {job.preset}; no --init)"
-    if tokenizer.vocab_size > config.vocab_size and checkpoint is not None:
+    return StartingPoint(checkpoint, tokenizer, finetuning_model_config(job, config, tokenizer, checkpoint is not None), description)
+
+
+def finetuning_model_config(job, config: ModelConfig, tokenizer, from_checkpoint: bool) -> ModelConfig:
+    """The model a job fine-tunes: the starting point's shape, its vocabulary padded as in
+    pre-training, the job's dropout; refused when the tokenizer or --max-seq-length do not fit."""
+    if tokenizer.vocab_size > config.vocab_size and from_checkpoint:
         raise ConfigError(
             f"The tokenizer has {tokenizer.vocab_size} entries, the checkpoint's vocabulary only {config.vocab_size}."
         )
     # Pad like pre-training (rows beyond the tokenizer are never used); the loader zero-fills them.
-    vocab = padded_vocab_size(max(tokenizer.vocab_size, config.vocab_size if checkpoint else 0))
+    vocab = padded_vocab_size(max(tokenizer.vocab_size, config.vocab_size if from_checkpoint else 0))
     overrides = dict(vocab_size=vocab, activation_checkpointing=False)  # causal stays: an LTR model fine-tunes as LTR
     if job.dropout is not None:
         overrides.update(hidden_dropout=job.dropout, attention_dropout=job.dropout)
@@ -96,4 +101,57 @@ def resolve(job, rank: int) -> StartingPoint:
         raise ConfigError(
             f"--max-seq-length {job.max_seq_length} exceeds the model's {config.max_position_embeddings} positions."
         )
-    return StartingPoint(checkpoint, tokenizer, config.replace(**overrides), description)
+    return config.replace(**overrides)
+
+
+def describe_init(job) -> tuple[ModelConfig, object, str]:
+    """(model config, tokenizer, description) of `job`'s starting point, read from manifests only:
+    no weights loaded, nothing converted or written (the dry run's view of `resolve`)."""
+    if not job.init:
+        if not job.tokenizer:
+            raise ConfigError("--tokenizer is required: --init is missing or stores no tokenizer.")
+        tokenizer = load_tokenizer(job.tokenizer, job.lowercase)
+        return finetuning_model_config(job, model_preset(job.preset), tokenizer, False), tokenizer, \
+            f"random weights (preset {job.preset}; no --init)"
+    path = Path(job.init)
+    if not path.is_dir():
+        raise CheckpointError(f"--init {job.init}: no such folder.")
+    kind = _kind(path)
+    if kind == "portable":
+        checkpoint = open_portable(path)
+        config, tokenizer_dir = checkpoint.model_config, checkpoint.tokenizer_dir
+    elif kind == "huggingface":
+        from bert_ds.checkpoint.hf_import import read_hf_config
+        from bert_ds.checkpoint.hf_weights import model_config_from_hf
+
+        config, tokenizer_dir = model_config_from_hf(read_hf_config(path / "config.json")[1]), path
+    else:
+        config, tokenizer_dir = _zero_model_config(path)
+    if job.tokenizer:
+        tokenizer = load_tokenizer(job.tokenizer, job.lowercase)
+    elif tokenizer_dir is not None and tokenizer_dir.is_dir():
+        tokenizer = load_tokenizer(tokenizer_dir, job.lowercase)
+    else:
+        raise ConfigError(f"--tokenizer is required: --init {job.init} stores no tokenizer.")
+    return finetuning_model_config(job, config, tokenizer, True), tokenizer, f"{job.init} ({kind} checkpoint)"
+
+
+def _zero_model_config(path: Path) -> tuple[ModelConfig, Path]:
+    """A ZeRO checkpoint's model config from its completion marker (older checkpoints: from
+    DeepSpeed's model-states file), and its save folder's tokenizer folder."""
+    from bert_ds.checkpoint import zero
+
+    if (path / COMPLETE).is_file():
+        save_dir, tag = path.parent, path.name
+    else:
+        save_dir, tag = path, zero.require_latest(str(path))
+    zero.verify(save_dir / tag)
+    stored = zero.read_marker(str(save_dir), tag).get("model_config")
+    if stored is None:
+        from bert_ds.checkpoint.convert import read_checkpoint_file
+
+        stored = read_checkpoint_file(save_dir / tag / "mp_rank_00_model_states.pt").get("model_config")
+    try:
+        return ModelConfig(**stored), save_dir / zero.TOKENIZER_DIR
+    except TypeError as error:
+        raise CheckpointError(f"Checkpoint {save_dir / tag}: bad model_config: {error}") from None

@@ -140,11 +140,23 @@ def run_tasks(args, job, start, layout) -> dict:
     return run_job(job, task, start, layout)
 
 
+def plan_data(args, job) -> list:
+    """The dry run's view of the data: local files read and checked as the job reads them."""
+    from bert_ds.finetune.plan import TaskPlan
+    from bert_ds.finetune.swag_data import load_swag
+
+    data = data_spec(args)
+    if parse_hub_spec(data) is not None:
+        return [TaskPlan(NAME, "multiple_choice", 1, None, f"{data}: hub dataset, read at start", NUM_CHOICES)]
+    reports = [load_swag(split, data)[1] for split in ("train", "val") + (("test",) if has_test_split(data) else ())]
+    return [TaskPlan(NAME, "multiple_choice", 1, reports[0].rows, "\n".join(r.summary() for r in reports), NUM_CHOICES)]
+
+
 def main(argv=None) -> int:
     from bert_ds.finetune.entrypoint import main as entry
 
     return entry(argv, "bert_ds/finetune/swag.py", "Fine-tune BERT on SWAG (multiple choice).", add_arguments,
-                 run_tasks, DEFAULT_SEQ_LENGTH)
+                 run_tasks, DEFAULT_SEQ_LENGTH, plan_data)
 
 
 if __name__ == "__main__":

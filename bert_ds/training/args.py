@@ -13,17 +13,21 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bert_ds.config import PRESETS, ConfigError, DataConfig, ModelConfig, gradient_accumulation_steps, model_preset
+from bert_ds.config import PRESETS, ConfigError, DataConfig, ModelConfig, model_preset
+from bert_ds.data.tokenizer import add_lowercase_argument
 
 # The paper: batch 256 x 512 tokens... as 256 sequences, Adam lr 1e-4, 10k warm-up, 1M steps.
+# The micro batch is not here: by default `auto` picks it per layout (training/batch_plan.py).
 _PAPER = dict(global_batch_size=256, lr=1e-4, warmup_steps=10_000, train_steps=1_000_000)
 TRAINING_DEFAULTS = {
-    "tiny": dict(global_batch_size=16, micro_batch_size=8, lr=1e-3, warmup_steps=10, train_steps=100),
-    "mini": dict(global_batch_size=32, micro_batch_size=16, lr=5e-4, warmup_steps=50, train_steps=1_000),
-    "small": dict(global_batch_size=64, micro_batch_size=32, lr=3e-4, warmup_steps=500, train_steps=20_000),
-    "base": dict(_PAPER, micro_batch_size=32),
-    "large": dict(_PAPER, micro_batch_size=16),
+    "tiny": dict(global_batch_size=16, lr=1e-3, warmup_steps=10, train_steps=100),
+    "mini": dict(global_batch_size=32, lr=5e-4, warmup_steps=50, train_steps=1_000),
+    "small": dict(global_batch_size=64, lr=3e-4, warmup_steps=500, train_steps=20_000),
+    "base": dict(_PAPER),
+    "large": dict(_PAPER),
 }
+PHASE_ONE_SHARE = 0.9
+"""The paper's two-phase recipe: this share of the steps at 128 tokens, the rest at 512."""
 
 
 @dataclass
@@ -43,10 +47,17 @@ class RunConfig:
     data: list[str] = field(default_factory=lambda: ["sample"])
     """Sources `[NAME=]LOCATION[@WEIGHT]`; "sample" is the built-in corpus."""
     tokenizer: Optional[str] = None
-    """sentencepiece .model, vocab.txt or a folder; default: one trained on the built-in sample."""
+    """sentencepiece .model, vocab.txt, a folder, or bert-base-uncased / bert-base-cased (built in);
+    default: bert-base-uncased for base/large on your own --data, a sentencepiece model trained
+    on the built-in sample for the sample."""
+    lowercase: Optional[bool] = None
+    """Override a WordPiece vocabulary's casing (None: the vocabulary's own, see data/wordpiece.py)."""
     seq_length: int = 128
-    micro_batch_size: int = 8
+    """Tokens per sequence ([CLS]/[SEP] included): 128 in the paper's phase 1, 512 in phase 2."""
+    micro_batch_size: Optional[int] = None
+    """Sequences per forward/backward on one rank; None (`auto`): chosen by the batch plan."""
     global_batch_size: int = 16
+    """Sequences per optimizer step over all data-parallel ranks."""
     train_steps: int = 100
     lr: float = 1e-3
     warmup_steps: int = 10
@@ -78,6 +89,9 @@ class RunConfig:
     stop_at_step: Optional[int] = None
     """Leave the loop after this step (saving a checkpoint when --save is set) as if interrupted;
     the schedule still follows --train-steps. For time-sliced jobs and resume tests."""
+    phase_start_step: Optional[int] = None
+    """This run is a phase that starts at this step (phase 2 of the paper's recipe: where phase 1
+    stopped): it must resume from a checkpoint at this step or later, else it stops with exit 2."""
     fallback_to_previous: bool = False
     """When the latest checkpoint is damaged (a file missing or truncated), resume from the newest
     intact earlier one instead of stopping."""
@@ -89,10 +103,15 @@ class RunConfig:
     log_interval: int = 10
     metrics_file: Optional[str] = None
     tensorboard_dir: Optional[str] = None
-
-    @property
-    def gradient_accumulation_steps_per_dp(self) -> int:
-        return self.global_batch_size // self.micro_batch_size
+    dry_run: Optional[str] = None
+    """Print the launch plan for this device kind (auto, gpu or cpu) and exit; None: train."""
+    world_size: Optional[int] = None
+    """Processes the plan is for (default: from the launcher's variables, as the real run)."""
+    plan_from_step: Optional[int] = None
+    """With --dry-run: plan as if resuming at this step, without looking for the checkpoint (a
+    later phase planned before the earlier one ran)."""
+    plan_json: Optional[str] = None
+    """Also write the resolved plan as JSON to this path (dry run or real run)."""
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         """The model for this run, with `vocab_size` from the tokenizer (padded for TP)."""
@@ -118,7 +137,11 @@ class RunConfig:
 
     def validate_batch(self, data_parallel: int) -> int:
         """Gradient-accumulation steps: global batch = micro batch x DP x accumulation."""
-        return gradient_accumulation_steps(self.global_batch_size, self.micro_batch_size, data_parallel)
+        from bert_ds.training.batch_plan import plan_batches
+
+        if self.micro_batch_size is None:
+            raise ConfigError("The micro batch is `auto` until the launch plan resolves it (training/plan.py).")
+        return plan_batches(self.global_batch_size, self.micro_batch_size, data_parallel, self.micro_batch_size).accumulation
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -134,9 +157,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--deepspeed-config", default=None, help="ds_configs/ name or JSON path (default zero1; pipeline for PP>1)")
     add("--zero-stage", type=int, choices=[0, 1, 2, 3], default=None, help="override the config's ZeRO stage")
     add("--data", nargs="+", default=["sample"], help="sources [NAME=]LOCATION[@WEIGHT]")
-    add("--tokenizer", default=None, help="sentencepiece .model, vocab.txt or folder")
+    add("--tokenizer", default=None, help="sentencepiece .model, vocab.txt, folder, or bert-base-uncased / "
+        "bert-base-cased (default: bert-base-uncased for base/large on your own --data; the sample's own)")
+    add_lowercase_argument(parser)
     add("--seq-length", type=int, default=128)
-    add("--micro-batch-size", type=int, default=None, help="per rank (default: by preset)")
+    add("--micro-batch-size", type=micro_batch_size, default=None,
+        help="per rank, or auto: the largest that divides the per-rank batch up to the preset's ceiling (default auto)")
     add("--global-batch-size", type=int, default=None, help="sequences per optimizer step (default: by preset)")
     add("--train-steps", type=int, default=None, help="optimizer steps (default: by preset)")
     add("--lr", type=float, default=None, help="peak learning rate (default: by preset)")
@@ -157,15 +183,37 @@ def _parser() -> argparse.ArgumentParser:
     add("--load", default=None, help="resume from the latest complete checkpoint in this folder")
     add("--auto-resume", action="store_true", help="resume from --save when it holds a checkpoint")
     add("--stop-at-step", type=int, default=None, help="stop after this step (checkpointing if --save), as if interrupted")
+    add("--phase-start-step", type=int, default=None,
+        help="a phase starting at this step (phase 2): refuse to start unless resuming from a checkpoint at or after it")
     add("--fallback-to-previous", action="store_true", help="resume from the previous checkpoint if the latest is damaged")
     add("--max-skipped-steps", type=int, default=20, help="stop after this many consecutive non-finite steps")
     add("--example-log", default=None, help="log each step's example ids to PATH.dpN (for audits and tests)")
     add("--log-interval", type=int, default=10)
     add("--metrics-file", default=None, help="JSON Lines file, one object per logged step")
     add("--tensorboard-dir", default=None)
+    add("--dry-run", nargs="?", const="auto", default=None, choices=["auto", "gpu", "cpu"],
+        help="print the launch plan (sizes, batch, ZeRO, precision, tokenizer, data, memory) for this device "
+        "(auto), or for GPUs or CPUs, and exit: 0 if the run would start, 2 otherwise")
+    add("--world-size", type=int, default=None, help="processes to plan for (default: the launcher's variables)")
+    add("--plan-from-step", type=int, default=None,
+        help="with --dry-run: plan as if resuming at this step (phase 2 planned before phase 1 ran)")
+    add("--plan-json", default=None, help="also write the resolved launch plan as JSON to this path")
     # The deepspeed launcher appends --local_rank=N; LOCAL_RANK in the environment says the same.
     add("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     return parser
+
+
+def micro_batch_size(text: str) -> Optional[int]:
+    """`auto` (None) or a positive integer, for --micro-batch-size."""
+    if text == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (or auto), got {value}")
+    return value
 
 
 def refuse_empty_values(parser: argparse.ArgumentParser, argv: Optional[list[str]]) -> None:
@@ -197,7 +245,7 @@ def parse_args(argv: Optional[list[str]] = None) -> RunConfig:
 
 def _check(run: RunConfig) -> None:
     problems = []
-    for name in ("train_steps", "micro_batch_size", "global_batch_size", "log_interval", "max_skipped_steps"):
+    for name in ("train_steps", "global_batch_size", "log_interval", "max_skipped_steps"):
         if getattr(run, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(run, name)}")
     for name in ("warmup_steps", "save_interval", "num_workers"):
@@ -209,8 +257,13 @@ def _check(run: RunConfig) -> None:
         value = getattr(run, name)
         if not (math.isfinite(value) and value >= 0):
             problems.append(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
-    if run.stop_at_step is not None and run.stop_at_step < 1:
-        problems.append(f"--stop-at-step must be at least 1, got {run.stop_at_step}")
+    for name in ("stop_at_step", "phase_start_step", "world_size", "plan_from_step"):
+        if getattr(run, name) is not None and getattr(run, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(run, name)}")
+    if run.plan_from_step is not None and not run.dry_run:
+        problems.append("--plan-from-step only goes with --dry-run")
+    if run.phase_start_step is not None and not (run.load or run.auto_resume):
+        problems.append("--phase-start-step needs the checkpoint to continue from (--load, or --save with --auto-resume)")
     if not 0 <= run.seed < 2**32:
         problems.append(f"--seed must be in [0, 2**32), got {run.seed}")
     if run.dropout is not None and not 0.0 <= run.dropout < 1.0:

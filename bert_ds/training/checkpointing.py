@@ -83,7 +83,13 @@ def save(run, engine, model, loader, layout, progress: dict, model_config) -> Pa
         loader=loader.state_dict(),
         layout=layout_record(engine, model, layout, run, Path(run.save), tag),
     )
-    return checkpoints.save(engine, run.save, progress["step"], client, rank_state, run.keep_last)
+    precision = "bf16" if engine.bfloat16_enabled() else "fp16" if engine.fp16_enabled() else "fp32"
+    summary = dict(
+        model_config=client["model_config"],
+        run={k: client["run"][k] for k in ("preset", "seq_length", "stop_at_step", "train_steps", "global_batch_size")},
+        zero_stage=engine.zero_optimization_stage(), precision=precision,
+    )
+    return checkpoints.save(engine, run.save, progress["step"], client, rank_state, run.keep_last, summary)
 
 
 @dataclasses.dataclass

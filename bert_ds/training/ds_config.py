@@ -1,8 +1,8 @@
 """The DeepSpeed JSON config of a run: a ds_configs/ file plus the run's sizes.
 
 Users pick a ready config by name (`zero1`, `zero2`, `zero3`, `pipeline`, `zero2_offload`,
-`zero2_fp16`) or pass their own JSON. bert_ds fills in what it owns: batch sizes (global = micro x
-DP x accumulation), gradient clipping and an optional ZeRO-stage override. The optimizer and LR
+`zero2_fp16`) or pass their own JSON. bert_ds fills in what it owns: batch sizes (the run's batch
+plan: global = micro x DP x accumulation), gradient clipping and an optional ZeRO-stage override. The optimizer and LR
 schedule come from bert_ds options (the paper's recipe), so a JSON `optimizer`/`scheduler` section
 is refused rather than silently ignored. On CPU, bf16/fp16 are switched off (fp32 only there).
 """
@@ -52,9 +52,19 @@ def load_json(path: Path) -> dict:
     return config
 
 
-def build_deepspeed_config(run, data_parallel: int, device_type: str) -> tuple[dict, list[str]]:
-    """The config dict for deepspeed.initialize and notes worth telling the user."""
-    path = resolve_config_path(run.deepspeed_config)
+def pretraining_deepspeed_config(run, batch, device_type: str) -> tuple[dict, list[str]]:
+    """`build_deepspeed_config` with a pre-training RunConfig's options."""
+    return build_deepspeed_config(run.deepspeed_config, batch, device_type, zero_stage=run.zero_stage,
+                                  pipeline_parallel=run.pipeline_parallel, clip_grad=run.clip_grad)
+
+
+def build_deepspeed_config(name_or_path: str, batch, device_type: str, *, zero_stage=None, pipeline_parallel: int = 1,
+                           clip_grad: float = 1.0) -> tuple[dict, list[str]]:
+    """The config dict for deepspeed.initialize and notes worth telling the user.
+
+    `batch` is the run's BatchPlan (training/batch_plan.py); `zero_stage` overrides the file's;
+    `device_type` is "cpu" (bf16/fp16 switched off) or an accelerator's (a launch plan says "gpu")."""
+    path = resolve_config_path(name_or_path)
     config = load_json(path)
     notes = []
     for section in ("optimizer", "scheduler"):
@@ -72,33 +82,34 @@ def build_deepspeed_config(run, data_parallel: int, device_type: str) -> tuple[d
         raise ConfigError(
             f"DeepSpeed config {path}: zero_optimization.offload_optimizer must be an object with a 'device' string."
         )
-    if run.zero_stage is not None:
-        zero["stage"] = run.zero_stage
+    if zero_stage is not None:
+        zero["stage"] = zero_stage
     stage = zero.get("stage", 0)
     if type(stage) is not int or stage not in (0, 1, 2, 3):  # not 1.0 or true: DeepSpeed wants an int
         raise ConfigError(f"DeepSpeed config {path}: zero_optimization.stage must be 0-3, got {stage!r}.")
-    if run.pipeline_parallel > 1 and stage > 1:
+    if pipeline_parallel > 1 and stage > 1:
         raise ConfigError(
-            f"ZeRO stage {stage} cannot be combined with pipeline parallelism {run.pipeline_parallel} "
+            f"ZeRO stage {stage} cannot be combined with pipeline parallelism {pipeline_parallel} "
             "(DeepSpeed supports stage 0 or 1 with pipelines); use --zero-stage 1."
         )
-    if run.pipeline_parallel > 1 and stage == 0 and run.clip_grad > 0:
+    if pipeline_parallel > 1 and stage == 0 and clip_grad > 0:
         raise ConfigError(
             "Pipeline parallelism with gradient clipping needs ZeRO stage 1: without it DeepSpeed 0.19.8 "
             "computes the clipping norm over the wrong parameters; use --zero-stage 1 or --clip-grad 0."
         )
     # Our optimizers (torch AdamW, LAMB) are tested with ZeRO here; DeepSpeed asks for this opt-in.
     config["zero_allow_untested_optimizer"] = True
-    config["train_micro_batch_size_per_gpu"] = run.micro_batch_size
-    config["gradient_accumulation_steps"] = run.validate_batch(data_parallel)
-    config["train_batch_size"] = run.global_batch_size
-    config["gradient_clipping"] = run.clip_grad
+    config["train_micro_batch_size_per_gpu"] = batch.micro_batch_size
+    config["gradient_accumulation_steps"] = batch.accumulation
+    config["train_batch_size"] = batch.global_batch_size
+    config["gradient_clipping"] = clip_grad
     if device_type == "cpu":
         for precision in ("bf16", "fp16"):
             if config.get(precision, {}).get("enabled"):
                 config[precision]["enabled"] = False
                 notes.append(f"{path.name}: {precision} is for GPUs; training in fp32 on CPU")
-    if run.zero_stage is None and _partitions_nothing(config, data_parallel, run):
+    pipeline_clipping = pipeline_parallel > 1 and clip_grad > 0
+    if zero_stage is None and _partitions_nothing(config, batch.data_parallel, pipeline_clipping):
         notes.append(
             f"{path.name}: one data-parallel replica in fp32, so ZeRO stage {zero['stage']} would partition "
             "nothing and only copy every gradient and weight each step; using stage 0 (--zero-stage overrides)."
@@ -108,7 +119,7 @@ def build_deepspeed_config(run, data_parallel: int, device_type: str) -> tuple[d
     return config, notes
 
 
-def _partitions_nothing(config: dict, data_parallel: int, run) -> bool:
+def _partitions_nothing(config: dict, data_parallel: int, pipeline_clipping: bool) -> bool:
     """ZeRO-1/2 over a single fp32 replica: no memory saved, only copies. Offload needs ZeRO,
     pipelines with clipping need ZeRO-1 (see above), and bf16/fp16 keep DeepSpeed's ZeRO master
     weights, so those keep their stage."""
@@ -116,7 +127,6 @@ def _partitions_nothing(config: dict, data_parallel: int, run) -> bool:
     if any(config.get(p, {}).get("enabled") for p in ("bf16", "fp16")):
         return False
     offloaded = (zero.get("offload_optimizer") or {}).get("device", "none") != "none"
-    pipeline_clipping = run.pipeline_parallel > 1 and run.clip_grad > 0
     return data_parallel == 1 and zero.get("stage", 0) in (1, 2) and not offloaded and not pipeline_clipping
 
 

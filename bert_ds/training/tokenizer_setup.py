@@ -1,15 +1,20 @@
-"""The tokenizer of a run: the one given, or (for the built-in sample) one trained once and cached."""
+"""The tokenizer of a run: the one given; for the built-in sample, a small sentencepiece model
+trained once and cached; for real corpora with the base/large presets, Google's uncased BERT
+vocabulary (built in), so the model shares ids with every Google/Hugging Face BERT."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 from pathlib import Path
+from typing import Optional
 
 from bert_ds.config import ConfigError
 from bert_ds.data.tokenizer import load_tokenizer, train_sentencepiece
 
 SAMPLE_VOCAB_SIZE = 8000
+REAL_CORPUS_TOKENIZER = {"base": "bert-base-uncased", "large": "bert-base-uncased"}
+"""Preset -> the tokenizer used with your own --data when --tokenizer is not given."""
 
 
 def cache_dir() -> Path:
@@ -20,18 +25,32 @@ def sample_tokenizer_dir() -> Path:
     return cache_dir() / f"sample-sentencepiece-{SAMPLE_VOCAB_SIZE}"
 
 
+def tokenizer_choice(run) -> Optional[str]:
+    """The tokenizer a run uses: --tokenizer, the preset's default for real corpora, or None for
+    the sample's cached sentencepiece model. A small preset on real data must name one."""
+    if run.tokenizer:
+        return run.tokenizer
+    if run.data == ["sample"]:
+        return None
+    if run.preset in REAL_CORPUS_TOKENIZER:
+        return REAL_CORPUS_TOKENIZER[run.preset]
+    raise ConfigError(
+        f"--tokenizer is required with your own --data and preset {run.preset}: pass bert-base-uncased or "
+        "bert-base-cased (built in), a BERT vocab.txt, or a sentencepiece model trained with "
+        "`python -m bert_ds.data.tokenizer train --data ... --output DIR`."
+    )
+
+
 def resolve_tokenizer(run):
-    """`--tokenizer` if given; else, for the built-in sample, a cached sentencepiece model.
+    """The run's tokenizer (see `tokenizer_choice`); the sample's is trained on first use.
 
     Several ranks may start at once: a file lock lets the first train it and the others wait.
     """
-    if run.tokenizer:
-        return load_tokenizer(run.tokenizer)
-    if run.data != ["sample"]:
-        raise ConfigError(
-            "--tokenizer is required with your own --data; train one with "
-            "`python -m bert_ds.data.tokenizer train --data ... --output DIR` or pass a BERT vocab.txt."
-        )
+    choice = tokenizer_choice(run)
+    if choice is not None:
+        return load_tokenizer(choice, run.lowercase)
+    if run.lowercase is not None:
+        raise ConfigError("--lowercase/--no-lowercase apply to WordPiece vocabularies; the sample's tokenizer is sentencepiece.")
     target = sample_tokenizer_dir()
     model = target / "tokenizer.model"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -44,3 +63,9 @@ def resolve_tokenizer(run):
             train_sentencepiece(iter_document_texts(None), staging, vocab_size=SAMPLE_VOCAB_SIZE)
             os.replace(staging, target)
     return load_tokenizer(model)
+
+
+def cached_sample_tokenizer():
+    """The sample's sentencepiece model if it was trained already, else None (a dry run trains nothing)."""
+    model = sample_tokenizer_dir() / "tokenizer.model"
+    return load_tokenizer(model) if model.is_file() else None

@@ -1,0 +1,245 @@
+"""The launch plan of a pre-training run, resolved before any process group, model or GPU exists.
+
+`resolve_plan` decides once what the run will do: world size and TP x PP x DP, the batch plan
+(micro batch, accumulation), the DeepSpeed config with the ZeRO stage really used, the precision,
+the tokenizer (casing, vocabulary padded for TP), the data sources (local files checked), where
+training resumes (and whether a phase-2 start is premature), and estimates of memory per device
+and checkpoint size (training/footprint.py). `--dry-run` prints it and exits; a real run prints
+the same plan and then trains with exactly these values, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+from bert_ds.config import ConfigError, ModelConfig, padded_vocab_size, validate_layout
+from bert_ds.training.args import RunConfig
+from bert_ds.training.batch_plan import BatchPlan, micro_batch_ceiling, plan_batches
+from bert_ds.training.footprint import MemoryEstimate
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """One data source as the run will read it."""
+
+    name: str
+    location: str
+    share: float
+    """Share of the training tokens (weights normalised)."""
+    detail: str
+    """Local: files and bytes; hub: how it is opened."""
+
+
+@dataclass
+class LaunchPlan:
+    """Everything a run resolves before it starts (see the module docstring)."""
+
+    run: RunConfig
+    """The options with every `auto` resolved (the micro batch)."""
+    world_size: int
+    world_from: str
+    """Where the world size came from (--world-size, a launcher's variables, one process)."""
+    device_type: str
+    """"gpu" or "cpu" (planned_device_kind)."""
+    data_parallel: int
+    model_config: ModelConfig
+    batch: BatchPlan
+    ds_config: dict
+    notes: list[str]
+    zero_stage: int
+    precision: str
+    tokenizer: object
+    """The loaded tokenizer, or None when the sample's is still to be trained (dry run)."""
+    tokenizer_text: str
+    sources: list[SourcePlan]
+    resume_text: str
+    start_step: int
+    parameters: int
+    parameters_per_rank: int
+    memory: MemoryEstimate
+    checkpoint_bytes: int
+    samples: list = field(default_factory=list)
+    """vocab_check.SourceSample per sampled source ([UNK] rate of its first documents)."""
+
+    @property
+    def last_step(self) -> int:
+        return min(self.run.train_steps, self.run.stop_at_step or self.run.train_steps)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.run.global_batch_size * self.run.seq_length
+
+
+def planned_device_kind(target: str) -> str:
+    """"gpu" or "cpu": `--dry-run`'s target, or for "auto" this machine's device (distributed.py
+    decides; it is the one place that names accelerators and it needs torch, so an explicit
+    target keeps the plan free of it)."""
+    if target in ("gpu", "cpu"):
+        return target
+    from bert_ds.distributed import device, is_gpu
+
+    return "gpu" if is_gpu(device().type) else "cpu"
+
+
+def world_size_from_environment(env: Mapping[str, str]) -> tuple[int, str]:
+    """The world size the real run would get: its launcher's variables, or inside a Slurm batch
+    script (before srun) the job's task count."""
+    from bert_ds.launcher import discover
+
+    launch = discover(env)
+    if launch.launcher != "none":
+        return launch.world_size, f"{launch.launcher} launcher variables"
+    if "SLURM_NTASKS" in env:
+        try:
+            return int(env["SLURM_NTASKS"]), "the Slurm job's SLURM_NTASKS"
+        except ValueError:
+            raise ConfigError(f"Launcher variable SLURM_NTASKS={env['SLURM_NTASKS']!r} is not an integer.") from None
+    return 1, "no launcher variables: one process"
+
+
+def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Optional[Mapping[str, str]] = None,
+                 sample_data: bool = True) -> LaunchPlan:
+    """The plan, or the first user error (ConfigError, DataError, TokenizerError, CheckpointError).
+
+    `tokenizer` is the real run's (already loaded or trained); without it the plan loads the
+    configured one and trains nothing. `sample_data` reads each local source's first documents
+    for the [UNK] check (the real run also samples hub sources, see pretrain.py)."""
+    from bert_ds.training.ds_config import optimizer_offloaded, pretraining_deepspeed_config, zero_stage
+    from bert_ds.training.footprint import checkpoint_bytes, memory_per_device, model_parameters, stage_parameters
+
+    if run.world_size is not None:
+        world, world_from = run.world_size, "--world-size"
+    else:
+        world, world_from = world_size_from_environment(os.environ if env is None else env)
+    device_type = planned_device_kind(target)
+    tokenizer, tokenizer_text, vocab = _tokenizer(run, tokenizer)
+    model_config = run.model_config(padded_vocab_size(vocab))
+    dp = validate_layout(model_config, world, run.tensor_parallel, run.pipeline_parallel)
+    ceiling = micro_batch_ceiling(model_config, max(run.seq_length, 1))
+    batch = plan_batches(run.global_batch_size, run.micro_batch_size, dp, ceiling)
+    run = dataclasses.replace(run, micro_batch_size=batch.micro_batch_size)
+    run.data_config().validate(model_config.max_position_embeddings)
+    ds_config, notes = pretraining_deepspeed_config(run, batch, device_type)
+    if batch.auto:
+        notes.insert(0, f"micro batch auto: {batch.micro_batch_size} (the largest divisor of {run.global_batch_size} / "
+                        f"{dp} = {run.global_batch_size // dp} up to the ceiling {ceiling} at {run.seq_length} tokens)")
+    stage = zero_stage(ds_config)
+    precision = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
+    sources = _sources(run)
+    resume_text, start_step = _resume(run)
+    with_nsp = run.objective == "mlm_nsp"
+    memory = memory_per_device(
+        model_config, seq=run.seq_length, micro=batch.micro_batch_size, accumulation=batch.accumulation,
+        tp=run.tensor_parallel, pp=run.pipeline_parallel, dp=dp, zero_stage=stage, precision=precision,
+        gpu=device_type == "gpu", offload=optimizer_offloaded(ds_config),
+        reduce_bucket=ds_config["zero_optimization"].get("reduce_bucket_size", 500_000_000), with_nsp=with_nsp,
+    )
+    samples = sample_sources(run, tokenizer) if sample_data and tokenizer is not None else []
+    return LaunchPlan(
+        run=run, world_size=world, world_from=world_from, device_type=device_type, data_parallel=dp,
+        model_config=model_config, batch=batch, ds_config=ds_config, notes=notes, zero_stage=stage,
+        precision=precision, tokenizer=tokenizer, tokenizer_text=tokenizer_text, sources=sources,
+        resume_text=resume_text, start_step=start_step,
+        parameters=model_parameters(model_config, with_nsp),
+        parameters_per_rank=max(stage_parameters(model_config, run.tensor_parallel, run.pipeline_parallel, s, with_nsp)
+                                for s in range(run.pipeline_parallel)),
+        memory=memory,
+        checkpoint_bytes=checkpoint_bytes(model_config, tp=run.tensor_parallel, pp=run.pipeline_parallel, dp=dp,
+                                          zero_stage=stage, precision=precision, with_nsp=with_nsp),
+        samples=samples,
+    )
+
+
+def _tokenizer(run: RunConfig, tokenizer) -> tuple[object, str, int]:
+    """(tokenizer or None, its description, its vocabulary size)."""
+    from bert_ds.data.tokenizer import load_tokenizer
+    from bert_ds.training.tokenizer_setup import SAMPLE_VOCAB_SIZE, cached_sample_tokenizer, tokenizer_choice
+
+    choice = tokenizer_choice(run)
+    if tokenizer is None and choice is not None:
+        tokenizer = load_tokenizer(choice, run.lowercase)
+    elif tokenizer is None:
+        if run.lowercase is not None:
+            raise ConfigError("--lowercase/--no-lowercase apply to WordPiece vocabularies; the sample's tokenizer is sentencepiece.")
+        tokenizer = cached_sample_tokenizer()
+        if tokenizer is None:
+            return None, f"sentencepiece, trained on the sample at start (at most {SAMPLE_VOCAB_SIZE} entries)", SAMPLE_VOCAB_SIZE
+    text = f"{tokenizer.name}: {tokenizer.vocab_size:,} entries, {tokenizer.casing()}"
+    return tokenizer, text, tokenizer.vocab_size
+
+
+def _sources(run: RunConfig) -> list[SourcePlan]:
+    from bert_ds.data.sources import local_files, parse_sources
+
+    sources = parse_sources(run.data)
+    total = sum(s.weight for s in sources)
+    plans = []
+    for source in sources:
+        if source.is_hub:
+            detail = "hub dataset, streamed: the run opens it at start, a dry run does not"
+        else:
+            files = local_files(source)  # a missing or unreadable file is an error here
+            size = sum(os.path.getsize(f) for f in files)
+            detail = f"{len(files):,} file(s), {size / 2**20:,.1f} MiB"
+        plans.append(SourcePlan(source.name, source.location, source.weight / total, detail))
+    return plans
+
+
+def sample_sources(run: RunConfig, tokenizer, include_hub: bool = False) -> list:
+    """The [UNK] check of each source's first documents (vocab_check.SourceSample each)."""
+    from bert_ds.data.sources import parse_sources
+    from bert_ds.data.vocab_check import sample_source
+
+    return [sample_source(s, tokenizer, run.seed) for s in parse_sources(run.data) if include_hub or not s.is_hub]
+
+
+def _resume(run: RunConfig) -> tuple[str, int]:
+    """Where the run continues (a description and the step), refusing a premature phase switch."""
+    from bert_ds.checkpoint import zero as checkpoints
+    from bert_ds.checkpoint.portable import is_portable
+
+    load_dir = run.load or (run.save if run.auto_resume else None)
+    if run.plan_from_step is not None:
+        return f"planned as if resuming at step {run.plan_from_step:,} (--plan-from-step; not checked now)", run.plan_from_step
+    if load_dir is None:
+        return "fresh start (no --load / --auto-resume)", 0
+    if is_portable(load_dir):
+        return f"weights from the portable checkpoint {load_dir}", 0
+    if (Path(load_dir) / checkpoints.COMPLETE).is_file():
+        load_dir, tag = str(Path(load_dir).parent), Path(load_dir).name
+    elif run.auto_resume and checkpoints.latest_complete_tag(load_dir) is None:
+        _check_phase(run, load_dir, None)
+        return f"fresh start (no checkpoint in {load_dir} yet)", 0
+    else:
+        tag = checkpoints.require_latest(load_dir)
+    marker = checkpoints.read_marker(load_dir, tag)
+    _check_phase(run, load_dir, marker)
+    saved_seq = (marker.get("run") or {}).get("seq_length")
+    switch = f", sequence length {saved_seq} -> {run.seq_length}" if saved_seq and saved_seq != run.seq_length else ""
+    return f"{Path(load_dir) / tag} (step {marker['step']:,}{switch})", int(marker["step"])
+
+
+def _check_phase(run: RunConfig, load_dir: str, marker: Optional[dict]) -> None:
+    """A run that switches phase (--phase-start-step, or another sequence length than the run
+    that wrote the checkpoint) must start from where the previous phase stopped."""
+    step = int(marker["step"]) if marker else None
+    newest = f"the newest checkpoint in {load_dir} is at step {step:,}" if marker else f"{load_dir} holds no checkpoint"
+    if run.phase_start_step is not None:
+        if step is None or step < run.phase_start_step:
+            raise ConfigError(
+                f"This phase starts at step {run.phase_start_step:,} but {newest}: the previous phase has not "
+                "finished; let it finish (slurm/pretrain_large_all.sh chains the phases) or lower --phase-start-step."
+            )
+        return
+    saved = (marker or {}).get("run") or {}
+    stop = saved.get("stop_at_step")
+    if step is not None and saved.get("seq_length") not in (None, run.seq_length) and stop and step < stop:
+        raise ConfigError(
+            f"{newest}, written by a {saved['seq_length']}-token run that stops at step {stop:,}: switching to "
+            f"{run.seq_length} tokens now would cut that phase short; let it finish, or pass --phase-start-step "
+            f"{step} to switch here on purpose."
+        )

@@ -1,0 +1,176 @@
+"""Launch plans as people and programs read them: a short two-column table, and JSON.
+
+Shared by the pre-training plan (training/plan.py) and the fine-tuning plan (finetune/plan.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from bert_ds.training.footprint import GIB, MemoryEstimate
+
+MEMORY_FORMULA = (
+    "estimate: model states by the ZeRO paper's formula, activations by Korthikanti et al. 2022, "
+    "DeepSpeed's reduce bucket (bert_ds/training/footprint.py); not counted: CUDA context, fragmentation"
+)
+
+
+def render_table(title: str, rows: list[tuple[str, str]], notes: list[str] = ()) -> str:
+    """`title`, then `name | value` rows (a value may hold several lines), then notes."""
+    width = max(len(name) for name, _ in rows)
+    lines = [title]
+    for name, value in rows:
+        for i, part in enumerate(str(value).split("\n")):
+            lines.append(f"  {(name if i == 0 else ''):<{width}} | {part}")
+    lines += [f"  note: {note}" for note in notes]
+    return "\n".join(lines)
+
+
+def amount(value: float) -> str:
+    """A count in k / M / B (tokens, parameters)."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:,.2f} {unit}"
+    return f"{value:,.0f}"
+
+
+def gib(value: float) -> str:
+    return f"{value / GIB:.2f} GiB"
+
+
+def memory_text(memory: MemoryEstimate, activations_detail: str) -> str:
+    text = (f"{gib(memory.total)} per device: weights {gib(memory.weights)}, gradients {gib(memory.gradients)}, "
+            f"optimizer states {gib(memory.optimizer)}, buffers {gib(memory.buffers)}, "
+            f"activations {gib(memory.activations)} ({activations_detail})")
+    if memory.host:
+        text += f"\noptimizer states offloaded to host memory: {gib(memory.host)} per rank"
+    return text + "\n" + MEMORY_FORMULA
+
+
+def memory_json(memory: MemoryEstimate) -> dict:
+    return dict(dataclasses.asdict(memory), total=memory.total)
+
+
+def write_plan_json(path: str, value: dict) -> None:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(value, indent=1) + "\n")
+
+
+def format_pretrain_plan(plan) -> str:
+    """The pre-training plan (training/plan.LaunchPlan) as a table."""
+    run, config, batch = plan.run, plan.model_config, plan.batch
+    tokens_this_run = (plan.last_step - plan.start_step) * plan.tokens_per_step
+    dropout = config.hidden_dropout if config.hidden_dropout == config.attention_dropout else (
+        f"hidden {config.hidden_dropout}, attention {config.attention_dropout}")
+    rows = [
+        ("model", f"{run.preset}: {config.num_layers} layers, hidden {config.hidden_size}, {config.num_attention_heads} heads, "
+                  f"{config.layer_norm_position}-LN, {amount(plan.parameters)} parameters "
+                  f"({amount(plan.parameters_per_rank)} on the heaviest rank)"),
+        ("layout", f"world {plan.world_size} = TP {run.tensor_parallel} x PP {run.pipeline_parallel} "
+                   f"x DP {plan.data_parallel} (world from {plan.world_from})"),
+        ("batch", f"global {batch.global_batch_size} = micro {batch.micro_batch_size} x DP {batch.data_parallel} "
+                  f"x accumulation {batch.accumulation}"),
+        ("tokens", f"{batch.global_batch_size} x {run.seq_length} = {plan.tokens_per_step:,} per step; this run steps "
+                   f"{plan.start_step:,} -> {plan.last_step:,} of {run.train_steps:,}: {amount(tokens_this_run)} tokens"),
+        ("schedule", f"{run.optimizer} lr {run.lr:g}, betas {run.adam_beta1}/{run.adam_beta2}, eps {run.adam_eps:g}, "
+                     f"weight decay {run.weight_decay:g}, warm-up {run.warmup_steps:,} steps then linear decay to step "
+                     f"{run.train_steps:,}; clip {run.clip_grad:g}; dropout {dropout}; objective {run.objective}"),
+        ("deepspeed", f"{run.deepspeed_config} -> ZeRO stage {plan.zero_stage}"
+                      + (", optimizer offloaded" if plan.memory.host else "")),
+        ("precision", f"{plan.precision} on {'GPU' if plan.device_type != 'cpu' else 'CPU'}"),
+        ("tokenizer", f"{plan.tokenizer_text}; embedding rows {config.vocab_size:,} (padded to a multiple of 128)"),
+        ("data", "\n".join(f"{s.name} {100 * s.share:.1f}%: {s.location} ({s.detail})" for s in plan.sources)),
+    ]
+    if plan.samples:
+        rows.append(("[UNK] check", "\n".join(sample.describe() for sample in plan.samples)))
+    rows += [
+        ("resume", plan.resume_text),
+        ("memory", memory_text(plan.memory, f"micro batch {batch.micro_batch_size} x {run.seq_length} tokens"
+                                            + (f", {min(run.pipeline_parallel, batch.accumulation)} in flight"
+                                               if run.pipeline_parallel > 1 else "")
+                                            + (", recomputed per layer" if config.activation_checkpointing else ""))),
+        ("checkpoint", f"{gib(plan.checkpoint_bytes)} each" + (f", {run.keep_last} kept" if run.keep_last else "")
+                       + (f" in {run.save}" if run.save else " (no --save)")),
+    ]
+    warnings = [w for w in (sample.warning() for sample in plan.samples) if w]
+    return render_table("bert_ds launch plan (pre-training)", rows, plan.notes + warnings)
+
+
+def pretrain_plan_json(plan) -> dict:
+    run, config, batch = plan.run, plan.model_config, plan.batch
+    return dict(
+        kind="pretrain", world_size=plan.world_size, world_from=plan.world_from, device_type=plan.device_type,
+        tensor_parallel=run.tensor_parallel, pipeline_parallel=run.pipeline_parallel, data_parallel=plan.data_parallel,
+        preset=run.preset, model=dataclasses.asdict(config), parameters=plan.parameters,
+        parameters_per_rank=plan.parameters_per_rank,
+        global_batch_size=batch.global_batch_size, micro_batch_size=batch.micro_batch_size,
+        micro_batch_auto=batch.auto, accumulation=batch.accumulation, seq_length=run.seq_length,
+        tokens_per_step=plan.tokens_per_step, start_step=plan.start_step, last_step=plan.last_step,
+        train_steps=run.train_steps, stop_at_step=run.stop_at_step, phase_start_step=run.phase_start_step,
+        optimizer=run.optimizer, lr=run.lr, adam_beta1=run.adam_beta1, adam_beta2=run.adam_beta2, adam_eps=run.adam_eps,
+        weight_decay=run.weight_decay, warmup_steps=run.warmup_steps, clip_grad=run.clip_grad,
+        hidden_dropout=config.hidden_dropout, attention_dropout=config.attention_dropout, objective=run.objective,
+        deepspeed_config=run.deepspeed_config, zero_stage=plan.zero_stage, precision=plan.precision,
+        tokenizer=plan.tokenizer_text, vocab_size=plan.tokenizer.vocab_size if plan.tokenizer else None,
+        padded_vocab_size=config.vocab_size, data=[dataclasses.asdict(s) for s in plan.sources],
+        unk_check=[dict(dataclasses.asdict(s), unk_share=s.unk_share) for s in plan.samples],
+        resume=plan.resume_text, save=run.save, memory=memory_json(plan.memory), checkpoint_bytes=plan.checkpoint_bytes,
+        notes=plan.notes,
+    )
+
+
+def format_finetune_plan(plan) -> str:
+    """The fine-tuning plan (finetune/plan.FinetunePlan) as a table."""
+    job, config = plan.job, plan.model_config
+    task_lines = []
+    for task in plan.tasks:
+        runs, steps = plan.runs[task.name], plan.steps[task.name]
+        examples = f"{task.train_examples:,} training examples" if task.train_examples is not None else "size known at start"
+        task_lines.append(f"{task.name}: {examples}; {len(runs)} run(s) = {len(runs) // (task.restarts or job.restarts)} "
+                          f"setting(s) x {task.restarts or job.restarts} restart(s)"
+                          + (f", {steps:,} optimizer steps" if steps is not None else ""))
+        task_lines += [f"  {line}" for line in task.data.split("\n") if line]
+        if task.options:
+            task_lines.append("  " + ", ".join(f"{k} {v}" for k, v in task.options.items()))
+    every = [s for runs in plan.runs.values() for s in runs]
+    values = {name: sorted({getattr(s, name) for s in every}, reverse=name == "lr") for name in ("batch_size", "lr", "epochs")}
+    rows = [
+        ("model", f"{config.num_layers} layers, hidden {config.hidden_size}, {config.num_attention_heads} heads, "
+                  f"{amount(plan.parameters)} parameters; from {plan.init_text}"),
+        ("tokenizer", f"{plan.tokenizer_text}; embedding rows {config.vocab_size:,}"),
+        ("layout", f"world {plan.world_size} = TP {job.tensor_parallel} x DP {plan.data_parallel} (world from {plan.world_from})"),
+        ("batches", "\n".join(f"global {b.global_batch_size} = micro {b.micro_batch_size} x DP {b.data_parallel} "
+                              f"x accumulation {b.accumulation}" for b in plan.batches.values())),
+        ("settings", " x ".join(f"{name.replace('_', ' ')} {{{', '.join(f'{v:g}' for v in vals)}}}" for name, vals in values.items())
+                     + f"; seeds from {job.seed}"),
+        ("schedule", f"AdamW betas 0.9/0.999, eps 1e-06, weight decay {job.weight_decay:g}, warm-up "
+                     f"{100 * job.warmup_proportion:g}% then linear decay; clip {job.clip_grad:g}; "
+                     f"max sequence {job.max_seq_length}; dropout "
+                     f"{config.hidden_dropout if job.dropout is None else job.dropout}"),
+        ("tasks", "\n".join(task_lines)),
+        ("deepspeed", f"{job.deepspeed_config} -> ZeRO stage {plan.zero_stage}"),
+        ("precision", f"{plan.precision} on {'GPU' if plan.device_type != 'cpu' else 'CPU'}"),
+        ("memory", memory_text(plan.memory, f"micro batch {max(b.micro_batch_size for b in plan.batches.values())} "
+                                            f"x {job.max_seq_length} tokens")),
+        ("kept model", f"{gib(plan.model_bytes)} (fp32) in {job.output}/model" if job.save_model else "not kept (--no-save-model)"),
+    ]
+    return render_table("bert_ds launch plan (fine-tuning)", rows, plan.notes)
+
+
+def finetune_plan_json(plan) -> dict:
+    job = plan.job
+    return dict(
+        kind="finetune", world_size=plan.world_size, world_from=plan.world_from, device_type=plan.device_type,
+        tensor_parallel=job.tensor_parallel, data_parallel=plan.data_parallel, model=dataclasses.asdict(plan.model_config),
+        parameters=plan.parameters, init=job.init, tokenizer=plan.tokenizer_text, max_seq_length=job.max_seq_length,
+        warmup_proportion=job.warmup_proportion, weight_decay=job.weight_decay, clip_grad=job.clip_grad,
+        batches={str(k): dict(dataclasses.asdict(v), accumulation=v.accumulation) for k, v in plan.batches.items()},
+        tasks=[dict(dataclasses.asdict(task), runs=[dataclasses.asdict(s) for s in plan.runs[task.name]],
+                    restarts=task.restarts or job.restarts, optimizer_steps=plan.steps[task.name])
+               for task in plan.tasks],
+        deepspeed_config=job.deepspeed_config, zero_stage=plan.zero_stage, precision=plan.precision,
+        memory=memory_json(plan.memory), model_bytes=plan.model_bytes, notes=plan.notes,
+    )

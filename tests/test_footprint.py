@@ -1,0 +1,105 @@
+"""The arithmetic a launch plan rests on: parameter counts equal to the models bert_ds builds (TP and
+PP 1 and 2, every head), the batch plan's `auto` micro batch and its errors, the ZeRO formula, and
+the checkpoint-size estimate against checkpoints written by real runs."""
+
+from pathlib import Path
+
+import pytest
+
+from bert_ds.config import ConfigError, ModelConfig, model_preset
+from bert_ds.training.batch_plan import micro_batch_ceiling, plan_batches
+from bert_ds.training.footprint import finetuning_parameters, model_state_bytes, stage_parameters
+from tests.helpers import assert_checkpoint_matches_estimate, run_on_ranks
+
+VOCAB = 256
+
+
+def _count(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.mark.parametrize("ln, with_nsp", [("post", True), ("post", False), ("pre", True)])
+def test_counts_match_the_model(layout, ln, with_nsp):
+    from bert_ds.model import build_pretraining_model
+
+    config = model_preset("tiny", vocab_size=VOCAB, layer_norm_position=ln)
+    assert stage_parameters(config, with_nsp=with_nsp) == _count(build_pretraining_model(config, layout, with_nsp))
+
+
+@pytest.mark.parametrize("kind, outputs", [("classification", 3), ("multiple_choice", 1), ("span", 2)])
+def test_finetuning_counts_match_the_task_models(layout, kind, outputs):
+    from bert_ds.config import transformer_config
+    from bert_ds.model.attention import sdpa_core_attention
+    from bert_ds.model.heads import BertForFinetuning
+    from bert_ds.model.layers import layer_spec
+
+    config = model_preset("tiny", vocab_size=VOCAB)
+    spec = layer_spec("post", sdpa_core_attention(rng_fork=layout.rng_tracker.fork), rng_tracker=layout.rng_tracker)
+    model = BertForFinetuning(config, transformer_config(config), spec, kind, outputs if kind == "classification" else 2)
+    assert finetuning_parameters(config, 1, outputs, pooler=kind != "span") == _count(model)
+
+
+def _rank_counts(rank, tp, pp, out):
+    import torch
+
+    from bert_ds.distributed import init_parallel
+
+    config = model_preset("tiny", vocab_size=VOCAB)
+    layout = init_parallel(config, tensor_parallel=tp, pipeline_parallel=pp)
+    if pp > 1:
+        from bert_ds.model.pipeline import build_pipeline_model
+
+        model = build_pipeline_model(config, layout)
+    else:
+        from bert_ds.model import build_pretraining_model
+
+        model = build_pretraining_model(config, layout)
+    torch.save(dict(stage=layout.pp_rank, count=_count(model)), f"{out}/rank{rank}.pt")
+
+
+@pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)])
+def test_counts_per_rank_match_tp_and_pp_models(tmp_path, tp, pp):
+    import torch
+
+    run_on_ranks(_rank_counts, 2, tp, pp, str(tmp_path))
+    config = model_preset("tiny", vocab_size=VOCAB)
+    for rank in range(2):
+        got = torch.load(tmp_path / f"rank{rank}.pt")
+        assert got["count"] == stage_parameters(config, tp, pp, got["stage"]), (rank, got)
+
+
+def test_auto_micro_batch_is_the_largest_divisor_under_the_ceiling():
+    large = model_preset("large")
+    assert (micro_batch_ceiling(large, 128), micro_batch_ceiling(large, 512)) == (64, 16)
+    assert micro_batch_ceiling(model_preset("tiny"), 128) == 8
+    # An imported shape between presets gets the next larger preset's budget.
+    assert micro_batch_ceiling(ModelConfig(num_layers=6, hidden_size=768, num_attention_heads=12), 128) == 64
+    cases = {(256, 1): (64, 4), (256, 8): (32, 1), (256, 32): (8, 1), (256, 256): (1, 1), (256, 2): (64, 2),
+             (96, 1): (48, 2), (256, 128): (2, 1)}
+    for (global_batch, dp), (micro, accumulation) in cases.items():
+        plan = plan_batches(global_batch, None, dp, ceiling=64)
+        assert (plan.micro_batch_size, plan.accumulation, plan.auto) == (micro, accumulation, True), (global_batch, dp)
+        assert plan.micro_batch_size * plan.data_parallel * plan.accumulation == global_batch
+
+
+@pytest.mark.parametrize("global_batch, micro, dp, message", [
+    (256, None, 512, "global batch size 256 is smaller than data parallel 512"),
+    (256, None, 48, "global batch size 256 is not divisible by data parallel 48; choose a world size"),
+    (256, 16, 32, "micro batch size x data parallel = 16 x 32 = 512; use --micro-batch-size auto or a divisor of 256 / 32 = 8"),
+])
+def test_batch_plans_that_cannot_fit_name_the_numbers_and_the_fix(global_batch, micro, dp, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        plan_batches(global_batch, micro, dp, ceiling=64)
+
+
+def test_model_states_follow_the_zero_paper():
+    psi = 1_000_000
+    mixed = {stage: sum(model_state_bytes(psi, "bf16", stage, 64, False)) / psi for stage in range(4)}
+    assert mixed == pytest.approx({0: 16, 1: 4 + 12 / 64, 2: 2 + 14 / 64, 3: 16 / 64})
+    fp32 = {stage: sum(model_state_bytes(psi, "fp32", stage, 2, False)) / psi for stage in range(4)}
+    assert fp32 == pytest.approx({0: 16, 1: 14, 2: 12, 3: 10})  # the memory benchmark's formula column
+    assert model_state_bytes(psi, "bf16", 2, 8, True)[2:] == (0, 12 * psi // 8)  # offloaded to the host
+
+
+def test_checkpoint_estimate_matches_a_real_checkpoint(pretrained_tiny):
+    assert_checkpoint_matches_estimate(Path(pretrained_tiny))
