@@ -101,3 +101,17 @@ def test_unk_check_flags_a_wrongly_cased_reading():
         corrupted = sample_source(source, wrong, seed=1234)
         assert corrupted.unk_share > 10 * UNK_WARNING_SHARE
         assert f"source {source.name!r} are [UNK]" in corrupted.warning()
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_VOCABS))
+def test_exported_tokenizer_keeps_the_casing_for_auto_tokenizer(name, tmp_path):
+    """What export-hf writes for a built-in vocabulary: AutoTokenizer reads the same casing back
+    (the old inference wrote do_lower_case false for Google's uncased file)."""
+    from transformers import AutoTokenizer
+
+    from bert_ds.checkpoint.hf_export import _write_tokenizer
+
+    ours = load_tokenizer(name)
+    _write_tokenizer(ours, tmp_path, max_length=512)
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert theirs("Hello world", add_special_tokens=False)["input_ids"] == ours.encode_batch(["Hello world"])[0]

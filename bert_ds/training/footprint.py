@@ -13,9 +13,10 @@ micro-batches in flight):
   keeps 4 + 4 + 8 (m and v) plus the 4-byte fp32 master copy DeepSpeed makes under ZeRO >= 1.
   ZeRO-1 divides the optimizer states by N, ZeRO-2 also the gradients, ZeRO-3 also the weights;
   an offloaded optimizer lives in host memory instead.
-- buffers: DeepSpeed's gradient reduce bucket (zero_optimization.reduce_bucket_size elements,
-  default 5e8) under ZeRO 1-3, and without ZeRO at DP > 1 the flattened copy of the gradients
-  its all-reduce makes.
+- buffers: under ZeRO 1-3, DeepSpeed's gradient reduce bucket (zero_optimization.reduce_bucket_size
+  elements, default 5e8) and the flat fp32 copy of this rank's gradient partition it makes for the
+  optimizer step while the gradients still exist (4 bytes per parameter / N; stage_1_and_2.py);
+  without ZeRO at DP > 1, the flattened copy of the gradients its all-reduce makes.
 - activations of one micro-batch: Korthikanti et al. 2022 ("Reducing Activation Recomputation in
   Large Transformer Models", §4) per layer, tensor parallel without sequence parallelism, written
   for activation width B bytes and dropout-mask width m bytes: s·b·h·(4B + 2m) replicated plus
@@ -126,7 +127,7 @@ def model_state_bytes(params: int, precision: str, zero_stage: int, dp: int, off
 def buffer_bytes(params: int, precision: str, zero_stage: int, dp: int, reduce_bucket: int) -> int:
     width = 2 if precision in ("bf16", "fp16") else 4
     if zero_stage >= 1:
-        return min(reduce_bucket, params) * width
+        return min(reduce_bucket, params) * width + 4 * params // dp
     return params * width if dp > 1 else 0
 
 

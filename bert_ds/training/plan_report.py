@@ -13,7 +13,8 @@ from bert_ds.training.footprint import GIB, MemoryEstimate
 
 MEMORY_FORMULA = (
     "estimate: model states by the ZeRO paper's formula, activations by Korthikanti et al. 2022, "
-    "DeepSpeed's reduce bucket (bert_ds/training/footprint.py); not counted: CUDA context, fragmentation"
+    "DeepSpeed's reduce bucket and fp32 gradient partition (bert_ds/training/footprint.py); "
+    "not counted: CUDA context, fragmentation"
 )
 
 

@@ -4,7 +4,9 @@ Each configuration is a real job (torch.distributed.run, one process per rank) t
 DeepSpeed engine and takes two optimizer steps on a tiny batch (1 x 16 tokens, so activations
 are negligible and what is measured is the model states). Per rank it reports the memory growth
 from just before the model is built to the peak (CPU: peak RSS; GPU: max allocated), in bytes per
-parameter, next to the ZeRO paper's model-state formula for this precision:
+parameter, next to the ZeRO paper's model-state formula for this precision and to the launch
+plan's whole estimate (bert_ds/training/footprint.py: model states, DeepSpeed's reduce bucket,
+activations), so the README can say how close `--dry-run`'s memory line is:
 
     fp32 here: parameters 4, gradients 4, optimizer K bytes per parameter, where K = 8 (Adam's two
     moments) plus 4 for the fp32 master copy DeepSpeed keeps with ZeRO >= 1:
@@ -28,13 +30,20 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def formula_bytes_per_param(stage: int, dp: int) -> float:
-    if stage == 0:
-        return 4 + 4 + 8
-    if stage == 1:
-        return 4 + 4 + 12 / dp
-    if stage == 2:
-        return 4 + (4 + 12) / dp
-    return (4 + 4 + 12) / dp
+    sys.path.insert(0, str(REPO))
+    from bert_ds.training.footprint import model_state_bytes
+
+    return sum(model_state_bytes(10**6, "fp32", stage, dp, offload=False)) / 10**6
+
+
+def plan_estimate_bytes(model_config: dict, stage: int, dp: int, gpu: bool) -> int:
+    """What `--dry-run` would print as memory per device for this job (zero1.json's 5e7 bucket)."""
+    sys.path.insert(0, str(REPO))
+    from bert_ds.config import ModelConfig
+    from bert_ds.training.footprint import memory_per_device
+
+    return memory_per_device(ModelConfig(**model_config), seq=16, micro=1, accumulation=1, tp=1, pp=1, dp=dp,
+                             zero_stage=stage, precision="fp32", gpu=gpu, reduce_bucket=50_000_000).total
 
 
 def _current_rss() -> int:
@@ -66,7 +75,10 @@ def worker(preset: str, stage: int, out: str) -> None:
         plain_step(engine, iter([batch]), 1, layout.device)
     peak = torch.cuda.max_memory_allocated() if gpu else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     params = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
-    record = dict(rank=layout.rank, growth_bytes=peak - before, params=params)
+    import dataclasses
+
+    record = dict(rank=layout.rank, growth_bytes=peak - before, params=params, gpu=gpu,
+                  model_config=dataclasses.asdict(model_config))
     with open(f"{out}.{layout.rank}", "w") as handle:
         json.dump(record, handle)
 
@@ -82,8 +94,10 @@ def measure(preset: str, stage: int, dp: int, scratch: Path) -> dict:
     ranks = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(dp)]
     growth = max(r["growth_bytes"] for r in ranks)
     params = ranks[0]["params"]
+    estimate = plan_estimate_bytes(ranks[0]["model_config"], stage, dp, ranks[0]["gpu"])
     return dict(preset=preset, zero_stage=stage, dp=dp, peak_growth_gib=growth / 2**30, params=params,
-                bytes_per_param=growth / params, formula_bytes_per_param=formula_bytes_per_param(stage, dp))
+                bytes_per_param=growth / params, formula_bytes_per_param=formula_bytes_per_param(stage, dp),
+                plan_estimate_gib=estimate / 2**30, measured_over_estimate=growth / estimate)
 
 
 def main(argv=None) -> list[dict]:
@@ -103,10 +117,11 @@ def main(argv=None) -> list[dict]:
         for dp in args.dp:
             for stage in args.stages:
                 results.append(measure(args.preset, stage, dp, Path(scratch)))
-    print("| ZeRO | DP | peak growth per rank (GiB) | bytes / parameter | ZeRO formula (fp32) |")
-    print("|---|---|---|---|---|")
+    print("| ZeRO | DP | peak growth per rank (GiB) | bytes / parameter | ZeRO formula (fp32) | plan estimate (GiB) | measured / estimate |")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['zero_stage']} | {r['dp']} | {r['peak_growth_gib']:.2f} | {r['bytes_per_param']:.1f} | {r['formula_bytes_per_param']:.1f} |")
+        print(f"| {r['zero_stage']} | {r['dp']} | {r['peak_growth_gib']:.2f} | {r['bytes_per_param']:.1f} | "
+              f"{r['formula_bytes_per_param']:.1f} | {r['plan_estimate_gib']:.2f} | {r['measured_over_estimate']:.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return results
