@@ -69,7 +69,7 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
                           env: Optional[Mapping[str, str]] = None) -> FinetunePlan:
     """The plan, or the first user error (ConfigError, DataError, TokenizerError, CheckpointError)."""
     from bert_ds.finetune.starting_point import describe_init
-    from bert_ds.training.ds_config import build_deepspeed_config, zero_stage
+    from bert_ds.training.ds_config import build_deepspeed_config, training_precision, zero_stage
     from bert_ds.training.footprint import activation_bytes, buffer_bytes, finetuning_parameters, model_state_bytes
     from bert_ds.training.plan import planned_device_kind, world_size_from_environment
 
@@ -90,7 +90,7 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
     ds_config, notes = build_deepspeed_config(job.deepspeed_config, first, device_type, zero_stage=job.zero_stage,
                                               clip_grad=job.clip_grad)
     stage = zero_stage(ds_config)
-    precision = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
+    precision = training_precision(ds_config)
     biggest = max(task.head_outputs for task in tasks)
     params = finetuning_parameters(config, job.tensor_parallel, biggest, pooler=any(t.kind != "span" for t in tasks))
     sequences = max(plan.micro_batch_size for plan in batches.values()) * choices

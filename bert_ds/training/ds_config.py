@@ -135,6 +135,14 @@ def optimizer_offloaded(config: dict) -> bool:
     return offload.get("device", "none") != "none"
 
 
+def training_precision(config: dict) -> str:
+    """"bf16", "fp16" or "fp32": what a built config trains in."""
+    for name in ("bf16", "fp16"):
+        if config.get(name, {}).get("enabled"):
+            return name
+    return "fp32"
+
+
 def zero_stage(config: dict) -> int:
     return config.get("zero_optimization", {}).get("stage", 0)
 

@@ -108,7 +108,7 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     `tokenizer` is the real run's (already loaded or trained); without it the plan loads the
     configured one and trains nothing. `sample_data` reads each local source's first documents
     for the [UNK] check (the real run also samples hub sources, see pretrain.py)."""
-    from bert_ds.training.ds_config import optimizer_offloaded, pretraining_deepspeed_config, zero_stage
+    from bert_ds.training.ds_config import optimizer_offloaded, pretraining_deepspeed_config, training_precision, zero_stage
     from bert_ds.training.footprint import checkpoint_bytes, memory_per_device, model_parameters, stage_parameters
 
     if run.world_size is not None:
@@ -128,7 +128,7 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
         notes.insert(0, f"micro batch auto: {batch.micro_batch_size} (the largest divisor of {run.global_batch_size} / "
                         f"{dp} = {run.global_batch_size // dp} up to the ceiling {ceiling} at {run.seq_length} tokens)")
     stage = zero_stage(ds_config)
-    precision = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
+    precision = training_precision(ds_config)
     sources = _sources(run)
     resume_text, start_step = _resume(run)
     with_nsp = run.objective == "mlm_nsp"
