@@ -157,14 +157,15 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
 def _tokenizer(run: RunConfig, tokenizer) -> tuple[object, str, int]:
     """(tokenizer or None, its description, its vocabulary size)."""
     from bert_ds.data.tokenizer import load_tokenizer
-    from bert_ds.training.tokenizer_setup import SAMPLE_VOCAB_SIZE, cached_sample_tokenizer, tokenizer_choice
+    from bert_ds.training.tokenizer_setup import (
+        SAMPLE_VOCAB_SIZE, cached_sample_tokenizer, refuse_lowercase_for_sample, tokenizer_choice,
+    )
 
     choice = tokenizer_choice(run)
     if tokenizer is None and choice is not None:
         tokenizer = load_tokenizer(choice, run.lowercase)
     elif tokenizer is None:
-        if run.lowercase is not None:
-            raise ConfigError("--lowercase/--no-lowercase apply to WordPiece vocabularies; the sample's tokenizer is sentencepiece.")
+        refuse_lowercase_for_sample(run)
         tokenizer = cached_sample_tokenizer()
         if tokenizer is None:
             return None, f"sentencepiece, trained on the sample at start (at most {SAMPLE_VOCAB_SIZE} entries)", SAMPLE_VOCAB_SIZE

@@ -49,8 +49,7 @@ def resolve_tokenizer(run):
     choice = tokenizer_choice(run)
     if choice is not None:
         return load_tokenizer(choice, run.lowercase)
-    if run.lowercase is not None:
-        raise ConfigError("--lowercase/--no-lowercase apply to WordPiece vocabularies; the sample's tokenizer is sentencepiece.")
+    refuse_lowercase_for_sample(run)
     target = sample_tokenizer_dir()
     model = target / "tokenizer.model"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -63,6 +62,11 @@ def resolve_tokenizer(run):
             train_sentencepiece(iter_document_texts(None), staging, vocab_size=SAMPLE_VOCAB_SIZE)
             os.replace(staging, target)
     return load_tokenizer(model)
+
+
+def refuse_lowercase_for_sample(run) -> None:
+    if run.lowercase is not None:
+        raise ConfigError("--lowercase/--no-lowercase apply to WordPiece vocabularies; the sample's tokenizer is sentencepiece.")
 
 
 def cached_sample_tokenizer():
