@@ -206,6 +206,8 @@ def test_finetune_script_runs_on_slurm(slurm, pretrained_tiny, finetune_data, tm
     assert {"task", "metrics", "selected", "runs"} <= results.keys()
     assert results["task"] == task and metric in results["metrics"]
     assert results["runs"] == 2 and results["selected"]["batch_size"] == 8
+    budget = results["selection_budget"]
+    assert budget["settings"] * budget["restarts"] == budget["runs"] == 2
     assert not (out / "model").exists()  # --no-save-model came through "$@"
 
 
