@@ -106,10 +106,9 @@ def setup_engine(run: RunConfig, model_config, layout, ds_config: dict | None = 
 
     notes = []
     if ds_config is None:
-        from bert_ds.training.batch_plan import micro_batch_ceiling, plan_batches
+        from bert_ds.training.plan import pretraining_batch_plan
 
-        ceiling = micro_batch_ceiling(model_config, run.seq_length)
-        batch = plan_batches(run.global_batch_size, run.micro_batch_size, layout.data_parallel, ceiling)
+        batch = pretraining_batch_plan(run, model_config, layout.data_parallel)
         ds_config, notes = pretraining_deepspeed_config(run, batch, layout.device.type)
     with_nsp = run.objective == "mlm_nsp"
     if layout.pipeline_parallel > 1:

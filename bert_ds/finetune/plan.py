@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
@@ -71,12 +70,9 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
     from bert_ds.finetune.starting_point import describe_init
     from bert_ds.training.ds_config import build_deepspeed_config, training_precision, zero_stage
     from bert_ds.training.footprint import activation_bytes, buffer_bytes, finetuning_parameters, model_state_bytes
-    from bert_ds.training.plan import planned_device_kind, world_size_from_environment
+    from bert_ds.training.plan import planned_device_kind, planned_world
 
-    if job.world_size is not None:
-        world, world_from = job.world_size, "--world-size"
-    else:
-        world, world_from = world_size_from_environment(os.environ if env is None else env)
+    world, world_from = planned_world(job.world_size, env)
     device_type = planned_device_kind(target)
     config, tokenizer, init_text = describe_init(job)
     dp = validate_layout(config, world, job.tensor_parallel, 1)
@@ -91,8 +87,8 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
                                               clip_grad=job.clip_grad)
     stage = zero_stage(ds_config)
     precision = training_precision(ds_config)
-    biggest = max(task.head_outputs for task in tasks)
-    params = finetuning_parameters(config, job.tensor_parallel, biggest, pooler=any(t.kind != "span" for t in tasks))
+    biggest, pooler = max(task.head_outputs for task in tasks), any(task.kind != "span" for task in tasks)
+    params = finetuning_parameters(config, job.tensor_parallel, biggest, pooler)
     sequences = max(plan.micro_batch_size for plan in batches.values()) * choices
     weights, gradients, optimizer, _ = model_state_bytes(params, precision, stage, dp, offload=False)
     # No MLM head and no pipeline here: the encoder's activations for the largest micro batch.
@@ -103,7 +99,7 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
                          device_type == "gpu", mask_prob=0.0),
     )
     text = f"{tokenizer.name}: {tokenizer.vocab_size:,} entries, {tokenizer.casing()}"
-    full = finetuning_parameters(config, 1, biggest, pooler=any(t.kind != "span" for t in tasks))
+    full = finetuning_parameters(config, 1, biggest, pooler)
     return FinetunePlan(
         job=job, world_size=world, world_from=world_from, device_type=device_type, data_parallel=dp,
         model_config=config, init_text=init_text, tokenizer_text=text, tasks=tasks, runs=runs,

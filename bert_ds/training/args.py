@@ -26,8 +26,6 @@ TRAINING_DEFAULTS = {
     "base": dict(_PAPER),
     "large": dict(_PAPER),
 }
-PHASE_ONE_SHARE = 0.9
-"""The paper's two-phase recipe: this share of the steps at 128 tokens, the rest at 512."""
 
 
 @dataclass

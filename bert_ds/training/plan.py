@@ -85,6 +85,19 @@ def planned_device_kind(target: str) -> str:
     return "gpu" if is_gpu(device().type) else "cpu"
 
 
+def planned_world(world_size: Optional[int], env: Optional[Mapping[str, str]] = None) -> tuple[int, str]:
+    """(world size, where it came from): --world-size when given, else the environment's."""
+    if world_size is not None:
+        return world_size, "--world-size"
+    return world_size_from_environment(os.environ if env is None else env)
+
+
+def pretraining_batch_plan(run: RunConfig, model_config: ModelConfig, data_parallel: int) -> BatchPlan:
+    """The run's batch plan: --micro-batch-size, or `auto` up to the model's ceiling at --seq-length."""
+    ceiling = micro_batch_ceiling(model_config, max(run.seq_length, 1))
+    return plan_batches(run.global_batch_size, run.micro_batch_size, data_parallel, ceiling)
+
+
 def world_size_from_environment(env: Mapping[str, str]) -> tuple[int, str]:
     """The world size the real run would get: its launcher's variables, or inside a Slurm batch
     script (before srun) the job's task count."""
@@ -111,22 +124,19 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     from bert_ds.training.ds_config import optimizer_offloaded, pretraining_deepspeed_config, training_precision, zero_stage
     from bert_ds.training.footprint import checkpoint_bytes, memory_per_device, model_parameters, stage_parameters
 
-    if run.world_size is not None:
-        world, world_from = run.world_size, "--world-size"
-    else:
-        world, world_from = world_size_from_environment(os.environ if env is None else env)
+    world, world_from = planned_world(run.world_size, env)
     device_type = planned_device_kind(target)
     tokenizer, tokenizer_text, vocab = _tokenizer(run, tokenizer)
     model_config = run.model_config(padded_vocab_size(vocab))
     dp = validate_layout(model_config, world, run.tensor_parallel, run.pipeline_parallel)
-    ceiling = micro_batch_ceiling(model_config, max(run.seq_length, 1))
-    batch = plan_batches(run.global_batch_size, run.micro_batch_size, dp, ceiling)
+    batch = pretraining_batch_plan(run, model_config, dp)
     run = dataclasses.replace(run, micro_batch_size=batch.micro_batch_size)
     run.data_config().validate(model_config.max_position_embeddings)
     ds_config, notes = pretraining_deepspeed_config(run, batch, device_type)
     if batch.auto:
         notes.insert(0, f"micro batch auto: {batch.micro_batch_size} (the largest divisor of {run.global_batch_size} / "
-                        f"{dp} = {run.global_batch_size // dp} up to the ceiling {ceiling} at {run.seq_length} tokens)")
+                        f"{dp} = {run.global_batch_size // dp} up to the ceiling "
+                        f"{micro_batch_ceiling(model_config, run.seq_length)} at {run.seq_length} tokens)")
     stage = zero_stage(ds_config)
     precision = training_precision(ds_config)
     sources = _sources(run)
