@@ -109,7 +109,7 @@ def setup_engine(run: RunConfig, model_config, layout, ds_config: dict | None = 
         from bert_ds.training.plan import pretraining_batch_plan
 
         batch = pretraining_batch_plan(run, model_config, layout.data_parallel)
-        ds_config, notes = pretraining_deepspeed_config(run, batch, layout.device.type)
+        ds_config, notes, _ = pretraining_deepspeed_config(run, batch, layout.device.type)
     with_nsp = run.objective == "mlm_nsp"
     if layout.pipeline_parallel > 1:
         from bert_ds.model.pipeline import build_pipeline_model

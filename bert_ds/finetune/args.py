@@ -16,7 +16,7 @@ from typing import Optional
 
 from bert_ds.config import PRESETS, ConfigError
 from bert_ds.data.tokenizer import add_lowercase_argument
-from bert_ds.training.args import micro_batch_size
+from bert_ds.training.args import add_precision_argument, micro_batch_size
 
 PAPER_GRID = dict(batch_sizes=(16, 32), lrs=(5e-5, 3e-5, 2e-5), epochs=(2, 3, 4))
 
@@ -38,6 +38,8 @@ class FinetuneConfig:
     tensor_parallel: int = 1
     deepspeed_config: str = "zero1"
     zero_stage: Optional[int] = None
+    precision: str = "auto"
+    """auto, fp32, bf16 or fp16 (bert_ds/precision.py decides what `auto` means here)."""
     max_seq_length: int = 128
     batch_size: int = 32
     """Global batch size (micro batch x DP x accumulation)."""
@@ -118,6 +120,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     add("--tensor-parallel", type=int, default=1, help="tensor-parallel size")
     add("--deepspeed-config", default="zero1", help="ds_configs/ name or JSON path")
     add("--zero-stage", type=int, default=None, choices=[0, 1, 2], help="override the config's ZeRO stage")
+    add_precision_argument(parser)
     add("--max-seq-length", type=int, default=None, help="tokens per sequence (default: per task)")
     add("--batch-size", type=int, default=32, help="global batch size")
     add("--micro-batch-size", type=micro_batch_size, default=None,

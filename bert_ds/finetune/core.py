@@ -100,8 +100,8 @@ def _engine(job: FinetuneConfig, settings: RunSettings, model, layout, total_ste
     from bert_ds.training.optim import parameter_groups, warmup_linear_decay
 
     plan = batch_plan(job, settings, layout.data_parallel, model_config, sequences_per_example(task))
-    ds_config, notes = build_deepspeed_config(job.deepspeed_config, plan, layout.device.type, zero_stage=job.zero_stage,
-                                              clip_grad=job.clip_grad)
+    ds_config, notes, _ = build_deepspeed_config(job.deepspeed_config, plan, layout.device.type, zero_stage=job.zero_stage,
+                                                 clip_grad=job.clip_grad, precision=job.precision)
     optimizer = torch.optim.AdamW(parameter_groups(model, job.weight_decay), lr=settings.lr, betas=(0.9, 0.999), eps=1e-6, fused=True)
     multiplier = warmup_linear_decay(max(1, int(job.warmup_proportion * total_steps)), total_steps)
     engine, *_ = deepspeed.initialize(
@@ -200,12 +200,15 @@ def run_once(job: FinetuneConfig, task: TaskData, start, layout, settings: RunSe
 
 def run_job(job: FinetuneConfig, task: TaskData, start, layout) -> dict:
     """Every setting x restart; the best on dev is kept (results, predictions, model)."""
-    from bert_ds.finetune.outputs import ModelKeeper, write_results
+    from bert_ds.finetune.outputs import ModelKeeper, precision_record, write_results
 
     settings = job.settings()
     say(layout, f"{task.name}: {len(task.train)} training features, "
         + ", ".join(f"{n} {len(f)}" for n, f in {**task.dev, **task.test}.items())
         + f"; {len(settings)} run(s); starting from {start.description}")
+    precision = precision_record(job, layout)
+    say(layout, f"precision: {precision['name']} on {'CPU' if layout.device.type == 'cpu' else 'GPU'}: {precision['reason']}"
+        + (f" (warning: {precision['warning']})" if precision["warning"] else ""))
     keeper = ModelKeeper(job, task, start, layout)
     results = []
     for index, run in enumerate(settings):

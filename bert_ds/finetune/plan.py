@@ -57,6 +57,7 @@ class FinetunePlan:
     """Global batch size -> its plan (the largest sequences per example)."""
     zero_stage: int
     precision: str
+    precision_reason: str
     notes: list[str]
     parameters: int
     memory: MemoryEstimate
@@ -68,7 +69,7 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
                           env: Optional[Mapping[str, str]] = None) -> FinetunePlan:
     """The plan, or the first user error (ConfigError, DataError, TokenizerError, CheckpointError)."""
     from bert_ds.finetune.starting_point import describe_init
-    from bert_ds.training.ds_config import build_deepspeed_config, training_precision, zero_stage
+    from bert_ds.training.ds_config import build_deepspeed_config, zero_stage
     from bert_ds.training.footprint import activation_bytes, buffer_bytes, finetuning_parameters, model_state_bytes
     from bert_ds.training.plan import planned_device_kind, planned_world
 
@@ -83,10 +84,12 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
         if settings.batch_size not in batches:
             batches[settings.batch_size] = batch_plan(job, settings, dp, config, choices)
     first = next(iter(batches.values()))
-    ds_config, notes = build_deepspeed_config(job.deepspeed_config, first, device_type, zero_stage=job.zero_stage,
-                                              clip_grad=job.clip_grad)
+    ds_config, notes, choice = build_deepspeed_config(job.deepspeed_config, first, device_type, zero_stage=job.zero_stage,
+                                                      clip_grad=job.clip_grad, precision=job.precision)
     stage = zero_stage(ds_config)
-    precision = training_precision(ds_config)
+    precision = choice.name
+    if choice.warning:
+        notes.append(f"--precision bf16: {choice.warning}")
     biggest, pooler = max(task.head_outputs for task in tasks), any(task.kind != "span" for task in tasks)
     params = finetuning_parameters(config, job.tensor_parallel, biggest, pooler)
     sequences = max(plan.micro_batch_size for plan in batches.values()) * choices
@@ -104,7 +107,7 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
         job=job, world_size=world, world_from=world_from, device_type=device_type, data_parallel=dp,
         model_config=config, init_text=init_text, tokenizer_text=text, tasks=tasks, runs=runs,
         steps={task.name: optimizer_steps(task, runs[task.name]) for task in tasks}, batches=batches,
-        zero_stage=stage, precision=precision, notes=notes, parameters=full, memory=memory, model_bytes=4 * full,
+        zero_stage=stage, precision=precision, precision_reason=choice.reason, notes=notes, parameters=full, memory=memory, model_bytes=4 * full,
     )
 
 

@@ -42,6 +42,8 @@ class RunConfig:
     """A ds_configs/ name (zero1, zero2, zero3, pipeline, zero2_offload, ...) or a JSON path."""
     zero_stage: Optional[int] = None
     """Override of the config's ZeRO stage (0-3)."""
+    precision: str = "auto"
+    """auto, fp32, bf16 or fp16: bf16 where this device multiplies bf16 fast (bert_ds/precision.py)."""
     data: list[str] = field(default_factory=lambda: ["sample"])
     """Sources `[NAME=]LOCATION[@WEIGHT]`; "sample" is the built-in corpus."""
     tokenizer: Optional[str] = None
@@ -154,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--pipeline-parallel", type=int, default=1, help="pipeline-parallel size")
     add("--deepspeed-config", default=None, help="ds_configs/ name or JSON path (default zero1; pipeline for PP>1)")
     add("--zero-stage", type=int, choices=[0, 1, 2, 3], default=None, help="override the config's ZeRO stage")
+    add_precision_argument(parser)
     add("--data", nargs="+", default=["sample"], help="sources [NAME=]LOCATION[@WEIGHT]")
     add("--tokenizer", default=None, help="sentencepiece .model, vocab.txt, folder, or bert-base-uncased / "
         "bert-base-cased (default: bert-base-uncased for base/large on your own --data; the sample's own)")
@@ -199,6 +202,15 @@ def _parser() -> argparse.ArgumentParser:
     # The deepspeed launcher appends --local_rank=N; LOCAL_RANK in the environment says the same.
     add("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     return parser
+
+
+def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+    from bert_ds.precision import PRECISIONS
+
+    parser.add_argument(
+        "--precision", default="auto", choices=PRECISIONS,
+        help="auto: bf16 on GPUs and on CPUs with a bf16 matrix instruction (AMX, AVX512-BF16), fp32 elsewhere; "
+        "bf16/fp16 are DeepSpeed mixed precision with fp32 master weights (fp16: GPUs only)")
 
 
 def micro_batch_size(text: str) -> Optional[int]:

@@ -2,9 +2,11 @@
 
 Users pick a ready config by name (`zero1`, `zero2`, `zero3`, `pipeline`, `zero2_offload`,
 `zero2_fp16`) or pass their own JSON. bert_ds fills in what it owns: batch sizes (the run's batch
-plan: global = micro x DP x accumulation), gradient clipping and an optional ZeRO-stage override. The optimizer and LR
-schedule come from bert_ds options (the paper's recipe), so a JSON `optimizer`/`scheduler` section
-is refused rather than silently ignored. On CPU, bf16/fp16 are switched off (fp32 only there).
+plan: global = micro x DP x accumulation), gradient clipping, an optional ZeRO-stage override and the
+precision (`--precision`, decided in bert_ds/precision.py: the JSON's `bf16`/`fp16` sections keep
+their settings, but whether one is enabled follows that choice). The optimizer and LR schedule come
+from bert_ds options (the paper's recipe), so a JSON `optimizer`/`scheduler` section is refused
+rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 from pathlib import Path
 
 from bert_ds.config import ConfigError
+from bert_ds.precision import MIXED, PrecisionChoice, choose_precision
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "ds_configs"
 
@@ -52,18 +55,20 @@ def load_json(path: Path) -> dict:
     return config
 
 
-def pretraining_deepspeed_config(run, batch, device_type: str) -> tuple[dict, list[str]]:
+def pretraining_deepspeed_config(run, batch, device_type: str) -> tuple[dict, list[str], PrecisionChoice]:
     """`build_deepspeed_config` with a pre-training RunConfig's options."""
     return build_deepspeed_config(run.deepspeed_config, batch, device_type, zero_stage=run.zero_stage,
-                                  pipeline_parallel=run.pipeline_parallel, clip_grad=run.clip_grad)
+                                  pipeline_parallel=run.pipeline_parallel, clip_grad=run.clip_grad,
+                                  precision=run.precision)
 
 
 def build_deepspeed_config(name_or_path: str, batch, device_type: str, *, zero_stage=None, pipeline_parallel: int = 1,
-                           clip_grad: float = 1.0) -> tuple[dict, list[str]]:
-    """The config dict for deepspeed.initialize and notes worth telling the user.
+                           clip_grad: float = 1.0, precision: str = "auto") -> tuple[dict, list[str], PrecisionChoice]:
+    """The config dict for deepspeed.initialize, notes worth telling the user, and the precision.
 
     `batch` is the run's BatchPlan (training/batch_plan.py); `zero_stage` overrides the file's;
-    `device_type` is "cpu" (bf16/fp16 switched off) or an accelerator's (a launch plan says "gpu")."""
+    `device_type` is "cpu" or an accelerator's (a launch plan made without one says "gpu");
+    `precision` is --precision (auto, fp32, bf16, fp16)."""
     path = resolve_config_path(name_or_path)
     config = load_json(path)
     notes = []
@@ -103,11 +108,8 @@ def build_deepspeed_config(name_or_path: str, batch, device_type: str, *, zero_s
     config["gradient_accumulation_steps"] = batch.accumulation
     config["train_batch_size"] = batch.global_batch_size
     config["gradient_clipping"] = clip_grad
-    if device_type == "cpu":
-        for precision in ("bf16", "fp16"):
-            if config.get(precision, {}).get("enabled"):
-                config[precision]["enabled"] = False
-                notes.append(f"{path.name}: {precision} is for GPUs; training in fp32 on CPU")
+    choice = choose_precision(precision, device_type, training_precision(config))
+    _apply_precision(config, choice)
     pipeline_clipping = pipeline_parallel > 1 and clip_grad > 0
     if zero_stage is None and _partitions_nothing(config, batch.data_parallel, pipeline_clipping):
         notes.append(
@@ -116,7 +118,26 @@ def build_deepspeed_config(name_or_path: str, batch, device_type: str, *, zero_s
         )
         zero["stage"] = 0
     config.setdefault("steps_per_print", 10**9)  # bert_ds logs progress itself
-    return config, notes
+    return config, notes, choice
+
+
+# DeepSpeed's documented dynamic loss scaling, for an fp16 run whose JSON has no fp16 section.
+FP16_DEFAULTS = dict(loss_scale=0, initial_scale_power=16, loss_scale_window=1000, hysteresis=2, min_loss_scale=1)
+
+
+def _apply_precision(config: dict, choice: PrecisionChoice) -> None:
+    """Enable exactly the chosen 16-bit mode; the JSON's other settings for it are kept."""
+    for name in MIXED:
+        section = config.setdefault(name, {})
+        section["enabled"] = name == choice.name
+        if not section["enabled"] and len(section) == 1:
+            del config[name]
+    if choice.name == "fp16":
+        for key, value in FP16_DEFAULTS.items():
+            config["fp16"].setdefault(key, value)
+    if choice.name == "bf16":
+        # A step whose gradients overflowed is skipped rather than applied (training/health.py).
+        config["bf16"].setdefault("check_grad_overflow", True)
 
 
 def _partitions_nothing(config: dict, data_parallel: int, pipeline_clipping: bool) -> bool:
@@ -133,6 +154,11 @@ def _partitions_nothing(config: dict, data_parallel: int, pipeline_clipping: boo
 def optimizer_offloaded(config: dict) -> bool:
     offload = config.get("zero_optimization", {}).get("offload_optimizer") or {}
     return offload.get("device", "none") != "none"
+
+
+def file_precision(name_or_path: str) -> str:
+    """What a DeepSpeed JSON itself enables ("bf16", "fp16" or "fp32"), before --precision applies."""
+    return training_precision(load_json(resolve_config_path(name_or_path)))
 
 
 def training_precision(config: dict) -> str:

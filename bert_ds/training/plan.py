@@ -52,6 +52,8 @@ class LaunchPlan:
     notes: list[str]
     zero_stage: int
     precision: str
+    """"fp32", "bf16" or "fp16" (bert_ds/precision.py)."""
+    precision_reason: str
     tokenizer: object
     """The loaded tokenizer, or None when the sample's is still to be trained (dry run)."""
     tokenizer_text: str
@@ -121,7 +123,7 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     `tokenizer` is the real run's (already loaded or trained); without it the plan loads the
     configured one and trains nothing. `sample_data` reads each local source's first documents
     for the [UNK] check (the real run also samples hub sources, see pretrain.py)."""
-    from bert_ds.training.ds_config import optimizer_offloaded, pretraining_deepspeed_config, training_precision, zero_stage
+    from bert_ds.training.ds_config import optimizer_offloaded, pretraining_deepspeed_config, zero_stage
     from bert_ds.training.footprint import checkpoint_bytes, memory_per_device, model_parameters, stage_parameters
 
     world, world_from = planned_world(run.world_size, env)
@@ -132,13 +134,15 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     batch = pretraining_batch_plan(run, model_config, dp)
     run = dataclasses.replace(run, micro_batch_size=batch.micro_batch_size)
     run.data_config().validate(model_config.max_position_embeddings)
-    ds_config, notes = pretraining_deepspeed_config(run, batch, device_type)
+    ds_config, notes, choice = pretraining_deepspeed_config(run, batch, device_type)
     if batch.auto:
         notes.insert(0, f"micro batch auto: {batch.micro_batch_size} (the largest divisor of {run.global_batch_size} / "
                         f"{dp} = {run.global_batch_size // dp} up to the ceiling "
                         f"{micro_batch_ceiling(model_config, run.seq_length)} at {run.seq_length} tokens)")
     stage = zero_stage(ds_config)
-    precision = training_precision(ds_config)
+    precision = choice.name
+    if choice.warning:
+        notes.append(f"--precision bf16: {choice.warning}")
     sources = _sources(run)
     resume_text, start_step = _resume(run)
     with_nsp = run.objective == "mlm_nsp"
@@ -152,7 +156,7 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     return LaunchPlan(
         run=run, world_size=world, world_from=world_from, device_type=device_type, data_parallel=dp,
         model_config=model_config, batch=batch, ds_config=ds_config, notes=notes, zero_stage=stage,
-        precision=precision, tokenizer=tokenizer, tokenizer_text=tokenizer_text, sources=sources,
+        precision=precision, precision_reason=choice.reason, tokenizer=tokenizer, tokenizer_text=tokenizer_text, sources=sources,
         resume_text=resume_text, start_step=start_step,
         parameters=model_parameters(model_config, with_nsp),
         parameters_per_rank=max(stage_parameters(model_config, run.tensor_parallel, run.pipeline_parallel, s, with_nsp)

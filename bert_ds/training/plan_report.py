@@ -81,7 +81,7 @@ def format_pretrain_plan(plan) -> str:
                      f"{run.train_steps:,}; clip {run.clip_grad:g}; dropout {dropout}; objective {run.objective}"),
         ("deepspeed", f"{run.deepspeed_config} -> ZeRO stage {plan.zero_stage}"
                       + (", optimizer offloaded" if plan.memory.host else "")),
-        ("precision", f"{plan.precision} on {'GPU' if plan.device_type != 'cpu' else 'CPU'}"),
+        ("precision", f"{plan.precision} on {'GPU' if plan.device_type != 'cpu' else 'CPU'}: {plan.precision_reason}"),
         ("tokenizer", f"{plan.tokenizer_text}; embedding rows {config.vocab_size:,} (padded to a multiple of 128)"),
         ("data", "\n".join(f"{s.name} {100 * s.share:.1f}%: {s.location} ({s.detail})" for s in plan.sources)),
     ]
@@ -114,7 +114,7 @@ def pretrain_plan_json(plan) -> dict:
         optimizer=run.optimizer, lr=run.lr, adam_beta1=run.adam_beta1, adam_beta2=run.adam_beta2, adam_eps=run.adam_eps,
         weight_decay=run.weight_decay, warmup_steps=run.warmup_steps, clip_grad=run.clip_grad,
         hidden_dropout=config.hidden_dropout, attention_dropout=config.attention_dropout, objective=run.objective,
-        deepspeed_config=run.deepspeed_config, zero_stage=plan.zero_stage, precision=plan.precision,
+        deepspeed_config=run.deepspeed_config, zero_stage=plan.zero_stage, precision=plan.precision, precision_reason=plan.precision_reason,
         tokenizer=plan.tokenizer_text, vocab_size=plan.tokenizer.vocab_size if plan.tokenizer else None,
         padded_vocab_size=config.vocab_size, data=[dataclasses.asdict(s) for s in plan.sources],
         unk_check=[dict(dataclasses.asdict(s), unk_share=s.unk_share) for s in plan.samples],
@@ -153,7 +153,7 @@ def format_finetune_plan(plan) -> str:
                      f"{config.hidden_dropout if job.dropout is None else job.dropout}"),
         ("tasks", "\n".join(task_lines)),
         ("deepspeed", f"{job.deepspeed_config} -> ZeRO stage {plan.zero_stage}"),
-        ("precision", f"{plan.precision} on {'GPU' if plan.device_type != 'cpu' else 'CPU'}"),
+        ("precision", f"{plan.precision} on {'GPU' if plan.device_type != 'cpu' else 'CPU'}: {plan.precision_reason}"),
         ("memory", memory_text(plan.memory, f"micro batch {max(b.micro_batch_size for b in plan.batches.values())} "
                                             f"x {job.max_seq_length} tokens")),
         ("kept model", f"{gib(plan.model_bytes)} (fp32) in {job.output}/model" if job.save_model else "not kept (--no-save-model)"),
@@ -172,6 +172,6 @@ def finetune_plan_json(plan) -> dict:
         tasks=[dict(dataclasses.asdict(task), runs=[dataclasses.asdict(s) for s in plan.runs[task.name]],
                     restarts=task.restarts or job.restarts, optimizer_steps=plan.steps[task.name])
                for task in plan.tasks],
-        deepspeed_config=job.deepspeed_config, zero_stage=plan.zero_stage, precision=plan.precision,
+        deepspeed_config=job.deepspeed_config, zero_stage=plan.zero_stage, precision=plan.precision, precision_reason=plan.precision_reason,
         memory=memory_json(plan.memory), model_bytes=plan.model_bytes, notes=plan.notes,
     )
