@@ -94,6 +94,13 @@ def _tp_local_tensors_without_zero(tag_dir: Path, ranks: list[dict], with_moment
     if with_moments and (optimizer is None or record.get("optimizer_order") is None):
         raise CheckpointError(f"{tag_dir / record['model_file']} holds no optimizer state to convert.")
     tensors = {full: {"fp32": module[local].float()} for local, full in record["names"].items()}
+    if optimizer is not None and "fp32_groups" in optimizer:
+        # bf16/fp16 without ZeRO: the model file holds 16-bit weights, the optimizer the fp32
+        # masters (and torch's own state one level down).
+        masters = [t for group in optimizer["fp32_groups"] for t in group]
+        for full, master in zip((f for group in record["optimizer_order"] for f in group), masters):
+            tensors[full]["fp32"] = master.float()
+        optimizer = optimizer["optimizer_state_dict"]
     step = None
     if with_moments:
         order = [full for group in record["optimizer_order"] for full in group]

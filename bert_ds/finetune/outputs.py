@@ -54,7 +54,7 @@ class ModelKeeper:
         if not self.job.save_model or not result.score > self.best:
             return
         self.best = result.score
-        weights = full_fp32_weights(model, self.layout)
+        weights = full_fp32_weights(model, self.layout, engine)
         if self.layout.rank == 0:
             from bert_ds.checkpoint.portable import write_portable
 
@@ -67,19 +67,30 @@ class ModelKeeper:
         dist.barrier()
 
 
-def full_fp32_weights(model, layout) -> dict[str, torch.Tensor]:
-    """Full-size fp32 weights (from ZeRO's fp32 masters when it keeps them), on every rank."""
+def full_fp32_weights(model, layout, engine=None) -> dict[str, torch.Tensor]:
+    """Full-size fp32 weights, on every rank: a bf16/fp16 run's fp32 masters (ZeRO's, or without
+    ZeRO the 16-bit optimizer wrapper's), else the parameters themselves."""
     from deepspeed.utils import safe_get_full_fp32_param
 
     from bert_ds.model.sharding import gather_full_tensors
+    from bert_ds.training.checkpointing import fp32_masters
 
-    local = {}
+    local, unfused = {}, fp32_masters(engine) if engine is not None else {}
     for name, param in model.named_parameters():
-        master = safe_get_full_fp32_param(param)
+        master = unfused.get(id(param)) if id(param) in unfused else safe_get_full_fp32_param(param)
         local[name] = (master if master is not None else param.detach()).float().cpu()
     # gather_full_tensors moves tensors through the process group, which wants them on its device.
     on_device = {name: tensor.to(layout.device) for name, tensor in local.items()}
     return {name: t.cpu() for name, t in gather_full_tensors(model, on_device, layout.tp_group).items()}
+
+
+def precision_record(job, layout) -> dict:
+    """What the runs trained in and why (bert_ds/precision.py; the deterministic choice the plan printed)."""
+    from bert_ds.precision import choose_precision
+    from bert_ds.training.ds_config import file_precision
+
+    choice = choose_precision(job.precision, layout.device.type, file_precision(job.deepspeed_config))
+    return dict(name=choice.name, requested=job.precision, reason=choice.reason, warning=choice.warning)
 
 
 def write_results(job, task, results: list, best, layout) -> dict:
@@ -94,6 +105,7 @@ def write_results(job, task, results: list, best, layout) -> dict:
         selection_budget=dict(settings=len(results) // job.restarts, restarts=job.restarts, runs=len(results)),
         restarts=dict(scores=scores, mean=float(np.mean(scores)), std=float(np.std(scores)), count=len(scores)),
         init=job.init,
+        precision=precision_record(job, layout),
         all_runs=[
             dict(settings=r.settings.hyperparameters(), seed=r.settings.seed, score=r.score, history=r.history)
             for r in results

@@ -61,7 +61,12 @@ def pretraining_loss(
     mlm_logits: [n, vocab / tp] from BertForPretraining, rows aligned with mlm_targets [n]
     (= labels[loss_mask]). megatron's vocab-parallel cross-entropy reuses the logits buffer in
     place, so accuracy is read first and the logits must not be used after this call.
+
+    Under bf16/fp16 the logits are taken to fp32 first: the softmax over 30k entries, its
+    log-sum-exp and the gradient back into the decoder are computed in fp32 (megatron's and HF's
+    practice); only the selected rows are converted, so this costs [n, vocab / tp] fp32 values.
     """
+    mlm_logits = mlm_logits.float()
     mlm_accuracy = vocab_parallel_accuracy(mlm_logits, mlm_targets, tp_group)
     if mlm_targets.numel() == 0:
         # No selected token in this micro-batch: a zero that still reaches every head parameter.

@@ -69,7 +69,25 @@ def _optimizer_order(engine, model, names: dict) -> Optional[list[list[str]]]:
     if engine.zero_optimization_stage() > 0:
         return None
     by_id = {id(param): names[name] for name, param in model.named_parameters()}
-    return [[by_id[id(p)] for p in group["params"]] for group in engine.optimizer.param_groups]
+    return [[by_id[id(p)] for p in group] for group in _model_param_groups(engine)]
+
+
+def _model_param_groups(engine) -> list[list]:
+    """The model's parameters in the optimizer's group order. Without ZeRO, bf16/fp16 runs wrap
+    torch's optimizer in DeepSpeed's FP16_UnfusedOptimizer, whose groups hold fp32 copies of the
+    parameters (`fp32_groups`) beside the 16-bit originals (`fp16_groups`), position for position."""
+    if hasattr(engine.optimizer, "fp16_groups"):
+        return engine.optimizer.fp16_groups
+    return [group["params"] for group in engine.optimizer.param_groups]
+
+
+def fp32_masters(engine) -> dict:
+    """{id(model parameter): its fp32 master} for a bf16/fp16 run without ZeRO ({} otherwise: ZeRO's
+    masters are reached with deepspeed.utils.safe_get_full_fp32_param, fp32 runs have none)."""
+    if not hasattr(engine.optimizer, "fp32_groups"):
+        return {}
+    return {id(p): master for group, masters in zip(engine.optimizer.fp16_groups, engine.optimizer.fp32_groups)
+            for p, master in zip(group, masters)}
 
 
 def save(run, engine, model, loader, layout, progress: dict, model_config) -> Path:
@@ -83,11 +101,17 @@ def save(run, engine, model, loader, layout, progress: dict, model_config) -> Pa
         loader=loader.state_dict(),
         layout=layout_record(engine, model, layout, run, Path(run.save), tag),
     )
+    from bert_ds.precision import choose_precision
+    from bert_ds.training.ds_config import file_precision
+
     precision = "bf16" if engine.bfloat16_enabled() else "fp16" if engine.fp16_enabled() else "fp32"
+    # The same (deterministic) decision the launch plan printed, for its reason.
+    choice = choose_precision(run.precision, layout.device.type, file_precision(run.deepspeed_config))
     summary = dict(
         model_config=client["model_config"],
         run={k: client["run"][k] for k in ("preset", "seq_length", "stop_at_step", "train_steps", "global_batch_size")},
         zero_stage=engine.zero_optimization_stage(), precision=precision,
+        precision_requested=run.precision, precision_reason=choice.reason,
     )
     return checkpoints.save(engine, run.save, progress["step"], client, rank_state, run.keep_last, summary)
 
@@ -222,14 +246,16 @@ def set_engine_state(engine, model, slices: dict, training: Optional[dict]) -> N
     if training is not None:
         _create_optimizer_state(engine)
     base = _torch_optimizer(engine)
-    params = dict(model.named_parameters())
+    params, masters = dict(model.named_parameters()), fp32_masters(engine)
     for local, kinds in slices.items():
         param = params[local]
         param.copy_(kinds["weight"].to(param.dtype))
         moments = [k for k in kinds if k != "weight"]
-        if stage == 0:  # the torch optimizer works on the parameters themselves
+        if stage == 0:  # torch's optimizer works on the parameters themselves, or on their fp32 masters
+            target = masters.get(id(param), param)
+            target.copy_(kinds["weight"])
             for moment in moments:
-                base.state[param][moment].copy_(kinds[moment])
+                base.state[target][moment].copy_(kinds[moment])
             continue
         safe_set_full_fp32_param(param, kinds["weight"].to(param.device))
         for moment in moments:
@@ -252,8 +278,9 @@ def set_engine_state(engine, model, slices: dict, training: Optional[dict]) -> N
 
 
 def _torch_optimizer(engine):
-    """The torch optimizer: under ZeRO's wrapper, or DeepSpeed's optimizer itself without ZeRO."""
-    return engine.optimizer.optimizer if engine.zero_optimization_stage() > 0 else engine.optimizer
+    """The torch optimizer: under ZeRO's wrapper or the 16-bit wrapper, or DeepSpeed's optimizer itself."""
+    wrapped = engine.zero_optimization_stage() > 0 or hasattr(engine.optimizer, "fp32_groups")
+    return engine.optimizer.optimizer if wrapped else engine.optimizer
 
 
 def _create_optimizer_state(engine) -> None:
