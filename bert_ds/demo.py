@@ -33,6 +33,7 @@ def _train(args):
         "--train-steps", str(args.steps), "--global-batch-size", "32", "--micro-batch-size", "32",
         "--lr", "3e-4", "--warmup-steps", str(max(1, args.steps // 10)), "--log-interval", str(args.log_interval),
         "--save", args.output, "--metrics-file", f"{args.output}/metrics.jsonl", "--seed", str(args.seed),
+        "--precision", args.precision,
     ])
     return run_pretraining(run)
 
@@ -101,10 +102,15 @@ def main(argv=None) -> int:
     parser.add_argument("--output", default="runs/demo", help="checkpoints and metrics go here")
     parser.add_argument("--log-interval", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
+                        help="auto: bf16 where this CPU multiplies bf16 matrices fast (AMX, AVX512-BF16), else fp32")
     args = parser.parse_args(argv)
 
+    from bert_ds.precision import choose_precision
+
+    precision = choose_precision(args.precision, "cpu")
     print(f"bert_ds demo: pre-training the {args.preset} preset for {args.steps} steps on the built-in sample "
-          "(books + half the Wikipedia articles), on CPU.\n")
+          f"(books + half the Wikipedia articles), on CPU in {precision.describe()}.\n")
     result = _train(args)
     print(f"\nHeld-out Wikipedia articles, words masked at random; the model's guesses ({args.preset}, "
           f"{result.state.step} steps, {result.state.consumed_tokens:,} tokens seen):")

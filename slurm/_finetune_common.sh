@@ -11,6 +11,7 @@
 #   PRESET      model size when INIT=none (default large); with INIT the checkpoint decides
 #   TP          tensor-parallel size (default 1: BERT-LARGE fine-tunes on one GPU per rank); PP must stay 1
 #   DS_CONFIG   ds_configs/ name or JSON path (default zero1)
+#   PRECISION   auto (default: bf16 on GPUs with bf16, fp16 on older ones), bf16, fp16 or fp32
 #   GRID        1: a batch x lr x epochs grid, best on dev kept (default 0: one setting; the GLUE script: 1)
 #   RESTARTS    runs per setting with seeds SEED, SEED+1, ... (default 1)
 #   BATCH_SIZE, LR, EPOCHS, MAX_SEQ_LENGTH, SEED: empty keeps the entrypoint's defaults (the squad and
@@ -37,6 +38,7 @@ finetune() {
   local options=(
     --output "$OUTPUT_DIR" --preset "${PRESET:-large}" --tensor-parallel "${TP:-1}"
     --deepspeed-config "${DS_CONFIG:-zero1}" --restarts "${RESTARTS:-1}" --micro-batch-size "${MICRO_BATCH:-auto}"
+    --precision "${PRECISION:-auto}"
   )
   if [ "$init" != none ]; then options+=(--init "$init"); fi
   if [ -n "${DATASET:-}" ]; then

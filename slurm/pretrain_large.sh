@@ -13,6 +13,7 @@
 #   PHASE1_STEPS   where phase 1 ends: 900000, 90% of TRAIN_STEPS (1000000) as in the paper
 #   PRESET TP PP   model size (large) and tensor/pipeline-parallel sizes (1, 1); DP = tasks / (TP x PP)
 #   DS_CONFIG      ds_configs/ name or JSON path (default: zero1, or pipeline when PP > 1)
+#   PRECISION      auto (default: bf16 on GPUs with bf16, fp16 on older ones), bf16, fp16 or fp32
 #   GLOBAL_BATCH   sequences per step (256); MICRO_BATCH per GPU (auto: the largest that fits the
 #                  per-GPU batch up to 64 sequences at 128 tokens, 16 at 512)
 #   DATA           sources [NAME=]LOCATION[@WEIGHT], space separated (default: BOOKS_DIR/*.txt, one book
@@ -51,6 +52,7 @@ PRESET="${PRESET:-large}"
 TP="${TP:-1}"
 PP="${PP:-1}"
 DS_CONFIG="${DS_CONFIG:-}"
+PRECISION="${PRECISION:-auto}"
 TRAIN_STEPS="${TRAIN_STEPS:-1000000}"
 GLOBAL_BATCH="${GLOBAL_BATCH:-256}"
 MICRO_BATCH="${MICRO_BATCH:-auto}"
@@ -63,7 +65,7 @@ TOKENIZER="${TOKENIZER:-}"
 
 read -r -a data_sources <<< "$DATA"
 options=(
-  --preset "$PRESET" --tensor-parallel "$TP" --pipeline-parallel "$PP"
+  --preset "$PRESET" --tensor-parallel "$TP" --pipeline-parallel "$PP" --precision "$PRECISION"
   --seq-length "$SEQ_LENGTH" --train-steps "$TRAIN_STEPS" --global-batch-size "$GLOBAL_BATCH"
   --micro-batch-size "$MICRO_BATCH" --data "${data_sources[@]}"
   --save "$OUTPUT_DIR" --save-interval "$SAVE_INTERVAL" --keep-last "$KEEP_LAST"

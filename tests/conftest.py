@@ -1,8 +1,16 @@
+import os
+
 import pytest
 import torch
 
 from bert_ds.config import model_preset
 from bert_ds.distributed import init_parallel, teardown_parallel
+
+# `--precision auto` picks bf16 on CPUs with a bf16 matrix instruction and fp32 elsewhere; the
+# suite's numerical comparisons (TP/PP/ZeRO equal to one process, to 1e-5) are fp32's, so every
+# run here, subprocesses and spawned ranks included, takes fp32 for `auto` on any machine. The
+# bf16 tests ask for `--precision bf16`; tests/test_precision.py checks auto's own rule.
+os.environ["BERT_DS_CPU_BF16"] = "0"
 
 
 @pytest.fixture(scope="session")

@@ -67,6 +67,16 @@ def run_on_ranks(fn, world_size: int = 2, *args) -> None:
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# Every two-process layout the suite trains: DP=2 under each ZeRO stage, TP=2 with recomputation, PP=2.
+TWO_RANK_LAYOUTS = {
+    "dp2-zero0": ["--zero-stage", "0"],
+    "dp2-zero1": ["--zero-stage", "1"],
+    "dp2-zero2": ["--zero-stage", "2"],
+    "dp2-zero3": ["--zero-stage", "3"],
+    "tp2-recompute": ["--tensor-parallel", "2", "--activation-checkpointing"],
+    "pp2": ["--pipeline-parallel", "2"],
+}
+
 
 def run_pretrain(args: list[str], nproc: int = 1, cache_dir: str | None = None, timeout: int = 300):
     """`python bert_ds/pretrain.py ARGS` (nproc=1) or `torchrun --nproc_per_node N ...`: a real job."""

@@ -2,15 +2,20 @@ import re
 import subprocess
 import sys
 
+import pytest
 
-def test_demo_pretrains_and_reports_held_out_predictions(tmp_path):
+
+# auto is fp32 in the suite (tests/conftest.py); bf16 is what auto picks on CPUs with AMX or AVX512-BF16.
+@pytest.mark.parametrize("precision", ["auto", "bf16"])
+def test_demo_pretrains_and_reports_held_out_predictions(tmp_path, precision):
     run = subprocess.run(
         [sys.executable, "-m", "bert_ds.demo", "--preset", "tiny", "--steps", "12", "--log-interval", "4",
-         "--output", str(tmp_path / "demo")],
+         "--output", str(tmp_path / "demo"), "--precision", precision],
         capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "BERT_DS_CACHE": str(tmp_path / "cache")},
     )
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
+    assert f"on CPU in {'fp32' if precision == 'auto' else 'bf16'} (" in out
     assert re.search(r"step 12/12 .*loss", out)
     assert "saved checkpoint" in out and (tmp_path / "demo" / "latest").read_text() == "step00000012"
     assert len(re.findall(r"\[MASK\] = .* model's top 3: ", out)) >= 5

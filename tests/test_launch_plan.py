@@ -164,6 +164,8 @@ def test_the_recipe_is_what_the_scripts_resolve(checkout, tmp_path):
     assert (phase2["seq_length"], phase2["stop_at_step"], phase2["phase_start_step"]) == (512, None, 900_000)
     assert (phase2["start_step"], phase2["last_step"]) == (900_000, 1_000_000)
     assert phase1["unk_check"] and all(s["unk_share"] < 0.01 for s in phase1["unk_check"])
+    assert (phase1["precision"], phase1["precision_reason"]) == ("bf16", "planned for a GPU with bf16 (Ampere or later)")
+    assert plan("slurm/pretrain_large.sh", PRECISION="fp16")["precision"] == "fp16"  # PRECISION reaches the run
 
     grid = plan("slurm/finetune_glue.sh")
     by_task = {t["name"]: t for t in grid["tasks"]}
@@ -183,6 +185,7 @@ def test_the_recipe_is_what_the_scripts_resolve(checkout, tmp_path):
     squad2 = plan("slurm/finetune_squad.sh", VERSION="2.0", DATA_DIR=str(v2))
     assert {(r["batch_size"], r["lr"], r["epochs"]) for r in squad2["tasks"][0]["runs"]} == {(48, 5e-5, 2)}
     swag = plan("slurm/finetune_swag.sh")
+    assert swag["precision"] == "bf16" and plan("slurm/finetune_swag.sh", PRECISION="fp32")["precision"] == "fp32"
     assert {(r["batch_size"], r["lr"], r["epochs"]) for r in swag["tasks"][0]["runs"]} == {(16, 2e-5, 3)}
     for resolved in (grid, squad, swag):
         assert resolved["model"]["num_layers"] == 24 and resolved["warmup_proportion"] == 0.1

@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from tests.helpers import assert_checkpoint_matches_estimate, read_metrics, run_pretrain
+from tests.helpers import TWO_RANK_LAYOUTS, assert_checkpoint_matches_estimate, read_metrics, run_pretrain
 
 
 @pytest.fixture(scope="module")
@@ -27,18 +27,7 @@ def _falls(losses, points=0.3):
     return statistics.mean(losses[-5:]) < statistics.mean(losses[:5]) - points
 
 
-@pytest.mark.parametrize(
-    "extra",
-    [
-        ["--zero-stage", "0"],
-        ["--zero-stage", "1"],
-        ["--zero-stage", "2"],
-        ["--zero-stage", "3"],
-        ["--tensor-parallel", "2", "--activation-checkpointing"],
-        ["--pipeline-parallel", "2"],
-    ],
-    ids=["dp2-zero0", "dp2-zero1", "dp2-zero2", "dp2-zero3", "tp2-recompute", "pp2"],
-)
+@pytest.mark.parametrize("extra", TWO_RANK_LAYOUTS.values(), ids=TWO_RANK_LAYOUTS.keys())
 def test_two_rank_layouts_train(tmp_path, cache, extra):
     metrics, _ = _train(tmp_path, cache, extra, nproc=2)
     assert [m["step"] for m in metrics] == list(range(1, 31))
