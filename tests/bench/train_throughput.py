@@ -1,21 +1,28 @@
 """Training throughput: bert_ds's pre-training step against Hugging Face's, in one process.
 
-Three contestants, same preset, sequence length, batch, batches, fp32 and thread count (batches
-from the built-in sample corpus; the model vocabulary is BERT's 30522 entries):
-  - bert_ds: the real engine (pretrain.setup_engine: DeepSpeed with the default config, which at
-             one fp32 replica means ZeRO stage 0; our model, our loss);
+Three contestants, same preset, sequence length, batch, batches, precision and thread count
+(batches from the built-in sample corpus; the model vocabulary is BERT's 30522 entries):
+  - bert_ds: the real engine (pretrain.setup_engine with `--precision P`: DeepSpeed with the
+             default config; fp32 at one replica means ZeRO stage 0, bf16 is DeepSpeed's bf16
+             mode with fp32 masters in ZeRO-1's partition; our model, our loss in fp32);
   - bare:    our model, loss and the same fused torch AdamW in a plain loop, without DeepSpeed
-             (the engine's own overhead is bert_ds / bare - 1);
+             (the engine's own overhead is bert_ds / bare - 1); fp32 only: megatron's linear
+             layers do not run under CPU autocast, and a bare bf16 loop would need DeepSpeed's
+             fp32 masters, i.e. the engine itself;
   - hf:      transformers.BertForPreTraining + torch AdamW (SDPA attention; foreach, torch's
              fastest non-fused setting, better than its default loop on CPUs), labels -100
-             outside the masked positions, gradient clipping 1.0 like ours.
+             outside the masked positions, gradient clipping 1.0 like ours; in bf16 wrapped in
+             `torch.autocast(device, dtype=torch.bfloat16)`, the two lines a user would write.
 They run alternately (each repeat times every contestant once, after warm-up steps); the median
 over repeats is reported. Model FLOP/s use the same formula for all (training/metrics.py: the
 useful maths, decoder on predicted positions only) and are compared with a large matrix multiply
 in the same precision, timed once per repeat next to the steps, median (MFU).
 
-Usage: python tests/bench/train_throughput.py [--presets base tiny] [--seq-length 128] [--batch 8]
-       [--steps 4] [--warmup 2] [--repeats 5] [--threads N] [--json PATH]
+`--precisions fp32 bf16` measures both in one run: JSON rows keyed "<preset>" (fp32) and
+"<preset>_bf16" with the same keys plus `speedup_vs_fp32` (bert_ds bf16 / bert_ds fp32, same run).
+
+Usage: python tests/bench/train_throughput.py [--presets base tiny] [--precisions fp32 bf16]
+       [--seq-length 128] [--batch 8] [--steps 4] [--warmup 2] [--repeats 5] [--threads N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -78,9 +85,8 @@ class BertDs:
         from bert_ds import pretrain
         from bert_ds.training.args import parse_args
 
-        config = {"fp32": "zero1", "bf16": "zero1", "fp16": "zero2_fp16"}[precision]  # zero1 is bf16 on GPUs
         run = parse_args(["--preset", preset, "--seq-length", str(seq_length), "--global-batch-size", str(batch),
-                          "--micro-batch-size", str(batch), "--lr", "1e-4", "--deepspeed-config", config]
+                          "--micro-batch-size", str(batch), "--lr", "1e-4", "--precision", precision]
                          + (["--zero-stage", str(zero_stage)] if zero_stage is not None else []))
         # The model's vocabulary is BERT's (30522, padded to 30592), whatever tokenizer made the batches.
         self.model_config, self.layout = pretrain.setup_parallel(run, SimpleNamespace(vocab_size=vocab_size))
@@ -165,11 +171,13 @@ def time_steps(system, batches: list[dict], steps: int, offset: int) -> float:
     return (time.perf_counter() - began) / steps
 
 
-def measure(preset: str, args, tokenizer) -> dict:
+def measure(preset: str, precision: str, args, tokenizer) -> dict:
     from bert_ds.training.metrics import bert_flops_per_sequence
 
-    ours = BertDs(preset, args.seq_length, args.batch, args.vocab_size, args.precision, args.zero_stage)
-    systems = [ours, Bare(ours, args.precision), HuggingFace(ours.model_config, args.precision)]
+    ours = BertDs(preset, args.seq_length, args.batch, args.vocab_size, precision, args.zero_stage)
+    systems = [ours, HuggingFace(ours.model_config, precision)]
+    if precision == "fp32":
+        systems.insert(1, Bare(ours, precision))
     batches, loader_seconds = fixed_batches(tokenizer, args.seq_length, args.batch, 8)
     tokens = statistics.mean(float(b["attention_mask"].sum()) for b in batches)
     predicted = statistics.mean(float(b["loss_mask"].sum()) for b in batches) / args.batch
@@ -181,18 +189,19 @@ def measure(preset: str, args, tokenizer) -> dict:
         for system in systems:
             seconds[system.name].append(time_steps(system, batches, steps, repeat * steps))
         # The baseline is timed in every repeat too, so it sees the machine as the steps did.
-        matmul_rates.append(matmul_flops_per_s(args.precision))
+        matmul_rates.append(matmul_flops_per_s(precision))
     step = {name: statistics.median(values) for name, values in seconds.items()}
     matmul = statistics.median(matmul_rates)
     config = ours.model_config
     flops = bert_flops_per_sequence(config.num_layers, config.hidden_size, config.vocab_size, args.seq_length, predicted) * args.batch
     figures = dict(
         preset=preset, seq_length=args.seq_length, batch=args.batch, threads=torch.get_num_threads(),
-        precision=args.precision, device=str(ours.layout.device), timed_steps_per_repeat=steps,
+        precision=precision, device=str(ours.layout.device), timed_steps_per_repeat=steps,
         bert_ds_tokens_per_s=tokens / step["bert_ds"], hf_tokens_per_s=tokens / step["hf"],
-        bare_tokens_per_s=tokens / step["bare"], ratio=step["hf"] / step["bert_ds"],
+        bare_tokens_per_s=tokens / step["bare"] if "bare" in step else None, ratio=step["hf"] / step["bert_ds"],
         mfu=flops / step["bert_ds"] / matmul, hf_mfu=flops / step["hf"] / matmul,
-        engine_overhead=step["bert_ds"] / step["bare"] - 1, step_seconds=step, matmul_flops_per_s=matmul,
+        engine_overhead=step["bert_ds"] / step["bare"] - 1 if "bare" in step else None, step_seconds=step,
+        matmul_flops_per_s=matmul,
         # Without DataLoader workers the loader runs on the training process: its share of a step.
         data_share=loader_seconds / (loader_seconds + step["bert_ds"]),
     )
@@ -213,7 +222,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     parser.add_argument("--zero-stage", type=int, default=None, help="override the engine's ZeRO stage (default: zero1)")
     parser.add_argument("--vocab-size", type=int, default=30522, help="model vocabulary (BERT's uncased WordPiece)")
-    parser.add_argument("--precision", choices=sorted(DTYPES), default="fp32", help="bf16/fp16 need a GPU")
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16", "fp16"], default=["fp32"],
+                        help="each measured in this run (fp16: GPUs only)")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
     if args.threads:
@@ -229,16 +239,28 @@ def main(argv=None) -> list[dict]:
     from bert_ds.training.args import parse_args
 
     tokenizer = resolve_tokenizer(parse_args([]))
-    results = [measure(preset, args, tokenizer) for preset in args.presets]
-    rates = ", ".join(f"{r['matmul_flops_per_s'] / 1e9:.1f}" for r in results)
-    print(f"{args.precision} matrix multiply (median per preset): {rates} GFLOP/s ({results[0]['device']}, {torch.get_num_threads()} threads)")
-    print("| preset | seq x batch | bert_ds tokens/s | HF tokens/s | bert_ds / HF | MFU bert_ds | MFU HF | engine overhead | data share (0 workers) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    results = [measure(preset, precision, args, tokenizer) for preset in args.presets for precision in args.precisions]
+    fp32 = {r["preset"]: r for r in results if r["precision"] == "fp32"}
     for r in results:
-        print(f"| {r['preset']} | {r['seq_length']} x {r['batch']} | {r['bert_ds_tokens_per_s']:,.0f} | {r['hf_tokens_per_s']:,.0f} | "
-              f"{r['ratio']:.2f} | {r['mfu']:.1%} | {r['hf_mfu']:.1%} | {r['engine_overhead']:+.1%} | {r['data_share']:.1%} |")
+        base = fp32.get(r["preset"])
+        if r["precision"] != "fp32":
+            r["speedup_vs_fp32"] = r["bert_ds_tokens_per_s"] / base["bert_ds_tokens_per_s"] if base else None
+    for precision in args.precisions:
+        rates = ", ".join(f"{r['matmul_flops_per_s'] / 1e9:.1f}" for r in results if r["precision"] == precision)
+        print(f"{precision} matrix multiply (median per preset): {rates} GFLOP/s ({results[0]['device']}, "
+              f"{torch.get_num_threads()} threads)")
+    print("| preset | precision | seq x batch | bert_ds tokens/s | HF tokens/s | bert_ds / HF | MFU bert_ds | MFU HF "
+          "| bert_ds vs its fp32 | engine overhead | data share (0 workers) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        speedup = f"{r['speedup_vs_fp32']:.2f}x" if r.get("speedup_vs_fp32") else "-"
+        overhead = f"{r['engine_overhead']:+.1%}" if r["engine_overhead"] is not None else "-"
+        print(f"| {r['preset']} | {r['precision']} | {r['seq_length']} x {r['batch']} | {r['bert_ds_tokens_per_s']:,.0f} | "
+              f"{r['hf_tokens_per_s']:,.0f} | {r['ratio']:.2f} | {r['mfu']:.1%} | {r['hf_mfu']:.1%} | {speedup} | "
+              f"{overhead} | {r['data_share']:.1%} |")
     if args.json:
-        Path(args.json).write_text(json.dumps({r["preset"]: r for r in results}, indent=1))
+        keyed = {r["preset"] + ("" if r["precision"] == "fp32" else f"_{r['precision']}"): r for r in results}
+        Path(args.json).write_text(json.dumps(keyed, indent=1))
     return results
 
 
