@@ -128,7 +128,8 @@ def setup_engine(run: RunConfig, model_config, layout, ds_config: dict | None = 
     )
     skip_single_replica_allreduce(engine, layout.data_parallel)
     share_clip_norm(engine)
-    tune_malloc_for_training(layout.device.type, zero_stage(ds_config))  # CPU steps stop page-faulting big buffers
+    # CPU steps stop page-faulting big buffers
+    tune_malloc_for_training(layout.device.type, zero_stage(ds_config), layout.data_parallel)
     return engine, model, notes
 
 

@@ -48,10 +48,10 @@ def test_repeated_steps_reuse_their_pages():
     assert kept[-1][1] == kept[-4][1], kept  # settled: the footprint no longer grows
 
 
-def test_gpu_zero_and_opted_out_runs_keep_malloc_defaults(monkeypatch):
+def test_gpu_partitioning_zero_and_opted_out_runs_keep_malloc_defaults(monkeypatch):
     from bert_ds.host_memory import tune_malloc_for_training
 
     assert tune_malloc_for_training("cuda", zero_stage=0) is False  # GPU runs keep malloc's defaults
-    assert tune_malloc_for_training("cpu", zero_stage=1) is False  # so do ZeRO runs
+    assert tune_malloc_for_training("cpu", zero_stage=1, data_parallel=2) is False  # so do ZeRO runs that partition
     monkeypatch.setenv("BERT_DS_MALLOC_DEFAULTS", "1")
     assert tune_malloc_for_training("cpu", zero_stage=0) is False

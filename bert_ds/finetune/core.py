@@ -109,7 +109,7 @@ def _engine(job: FinetuneConfig, settings: RunSettings, model, layout, total_ste
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, multiplier),
     )
     skip_single_replica_allreduce(engine, layout.data_parallel)
-    tune_malloc_for_training(layout.device.type, engine.zero_optimization_stage())
+    tune_malloc_for_training(layout.device.type, engine.zero_optimization_stage(), layout.data_parallel)
     return engine, plan, notes
 
 
