@@ -125,10 +125,15 @@ def model_state_bytes(params: int, precision: str, zero_stage: int, dp: int, off
 
 
 def buffer_bytes(params: int, precision: str, zero_stage: int, dp: int, reduce_bucket: int) -> int:
-    width = 2 if precision in ("bf16", "fp16") else 4
+    """DeepSpeed's working copies beyond the model states: under ZeRO the reduce bucket and, at
+    the step, the rank's gradient partition flattened (in 16 bits, for mixed precision) and in fp32;
+    without ZeRO the flat all-reduce buffer at DP > 1 and, for mixed precision, the fp32 copy of
+    every gradient its FP16_UnfusedOptimizer makes before each step (tests/bench/memory.py)."""
+    mixed = precision in ("bf16", "fp16")
+    width = 2 if mixed else 4
     if zero_stage >= 1:
-        return min(reduce_bucket, params) * width + 4 * params // dp
-    return params * width if dp > 1 else 0
+        return min(reduce_bucket, params) * width + (4 + (2 if mixed else 0)) * params // dp
+    return (params * width if dp > 1 else 0) + (4 * params if mixed else 0)
 
 
 def activation_bytes(
