@@ -1,4 +1,5 @@
-"""Bar chart of training tokens/s, bert_ds vs Hugging Face, per preset, from train_throughput's JSON.
+"""Bar chart of training tokens/s, bert_ds vs Hugging Face, one panel per preset and precision
+(the JSON's keys: "<preset>" for fp32, "<preset>_bf16"), from train_throughput's JSON.
 
 Usage: python tests/bench/plot_throughput.py throughput.json docs/throughput.png
 """
@@ -26,10 +27,11 @@ def main(argv=None) -> None:
         bars = axis.bar(["bert_ds", "Hugging Face"], [a, b], color=["#2b6cb0", "#a0aec0"])
         axis.bar_label(bars, labels=[f"{a:,.0f}", f"{b:,.0f}"], fontsize=8)
         first = figures[preset]
-        axis.set_title(f"{preset}: {first['seq_length']} tokens x {first['batch']} ({a / b:.2f}x)", fontsize=9)
+        axis.set_title(f"{first['preset']} {first['precision']}: {first['seq_length']} x {first['batch']} ({a / b:.2f}x)",
+                       fontsize=9)
         axis.set_ylabel("training tokens / s")
     first = figures[presets[0]]
-    fig.suptitle(f"{first['precision']} on {first['device']}, {first['threads']} threads", fontsize=9)
+    fig.suptitle(f"{first['device']}, {first['threads']} threads", fontsize=9)
     fig.tight_layout()
     Path(target).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(target, dpi=120)
