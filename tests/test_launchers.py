@@ -13,8 +13,9 @@ ARGS = ["--preset", "tiny", "--train-steps", "4", "--log-interval", "1"]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("launcher_cache"))
+def cache(shared_cache):
+    """The session's BERT_DS_CACHE (tests/conftest.py): the sample tokenizer is trained once."""
+    return shared_cache
 
 
 def _env(cache):

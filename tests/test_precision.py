@@ -25,8 +25,9 @@ from tests.helpers import REPO, TWO_RANK_LAYOUTS, read_metrics, run_entrypoint, 
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("bert_ds_cache"))
+def cache(shared_cache):
+    """The session's BERT_DS_CACHE (tests/conftest.py): the sample tokenizer is trained once."""
+    return shared_cache
 
 
 # --- the choice ---------------------------------------------------------------------------------
@@ -132,13 +133,22 @@ def _train(tmp_path, cache, extra, nproc=1, steps=20, name="run", preset="tiny")
     return read_metrics(metrics), result
 
 
-@pytest.mark.parametrize("extra", TWO_RANK_LAYOUTS.values(), ids=TWO_RANK_LAYOUTS.keys())
+# DP=2 under ZeRO-2 and PP=2 train in the bitwise-resume test below; these are the other layouts;
+# ZeRO-1 under bf16 runs in the pipeline, layout-move and fine-tuning tests.
+TRAINED_HERE = {name: TWO_RANK_LAYOUTS[name] for name in ("dp2-zero0", "dp2-zero3", "tp2-recompute")}
+
+
+def _falls(losses, points):
+    return statistics.mean(losses[-3:]) < statistics.mean(losses[:3]) - points
+
+
+@pytest.mark.parametrize("extra", TRAINED_HERE.values(), ids=TRAINED_HERE.keys())
 def test_bf16_trains_under_every_layout(tmp_path, cache, extra):
-    metrics, result = _train(tmp_path, cache, ["--precision", "bf16", *extra], nproc=2)
+    metrics, result = _train(tmp_path, cache, ["--precision", "bf16", "--warmup-steps", "2", *extra], nproc=2, steps=12)
     assert "bf16 on CPU" in result.stdout
     losses = [m["loss"] for m in metrics]
-    assert [m["step"] for m in metrics] == list(range(1, 21))
-    assert statistics.mean(losses[-5:]) < statistics.mean(losses[:5]) - 0.3, losses
+    assert [m["step"] for m in metrics] == list(range(1, 13))
+    assert _falls(losses, 0.2), losses
     assert all(m["grad_norm"] and m["grad_norm"] > 0 for m in metrics) and metrics[-1]["skipped_steps"] == 0
 
 
@@ -148,8 +158,9 @@ def test_bf16_trains_under_every_layout(tmp_path, cache, extra):
                                           (["--pipeline-parallel", "2"], 2)],
                          ids=["zero0", "dp2-zero2", "pp2"])
 def test_bf16_resume_is_bitwise(tmp_path, cache, extra, nproc):
-    extra = ["--precision", "bf16", *extra]
+    extra = ["--precision", "bf16", "--warmup-steps", "2", *extra]
     straight, _ = _train(tmp_path, cache, extra, nproc=nproc, steps=8, name="straight")
+    assert _falls([m["loss"] for m in straight], 0.1), [m["loss"] for m in straight]
     save = str(tmp_path / "ckpt")
     _train(tmp_path, cache, extra + ["--save", save, "--stop-at-step", "4"], nproc=nproc, steps=8, name="first")
     complete = json.loads((tmp_path / "ckpt" / "step00000004" / "complete.json").read_text())
@@ -186,8 +197,8 @@ def test_bf16_moves_layout_and_exports_its_fp32_master_weights(tmp_path, cache):
 
 
 @pytest.mark.parametrize("preset, steps, lr, extra", [
-    ("tiny", 200, "1e-3", []),
-    ("mini", 150, "5e-4", ["--seq-length", "64", "--global-batch-size", "16"]),
+    ("tiny", 160, "1e-3", []),
+    ("mini", 100, "5e-4", ["--seq-length", "64", "--global-batch-size", "16"]),
 ])
 def test_bf16_and_fp32_loss_curves_agree(tmp_path, cache, preset, steps, lr, extra):
     """Same seed, data and schedule: every 20-step mean of bf16's loss is within 1% of fp32's.
@@ -195,8 +206,8 @@ def test_bf16_and_fp32_loss_curves_agree(tmp_path, cache, preset, steps, lr, ext
     bf16 keeps 8 significant bits: the logits differ from fp32's by about 0.6% (relative norm,
     tiny at initialisation), but the loss averages over every predicted token and the updates are
     applied to fp32 masters, so the rounding does not accumulate in the weights. Measured on this
-    suite's machine (2026-12-01): the 20-step means differ by at most 0.005% (tiny, 300 steps; the test runs 200) and
-    0.02% (mini, 150 steps) while the loss falls by over 20%. 1% leaves a 50x margin for other
+    suite's machine (2026-12-01): the 20-step means differ by at most 0.005% (tiny, 300 steps; the test runs 160) and
+    0.02% (mini, 150 steps; the test runs 100) while the loss falls by over 20%. 1% leaves a 50x margin for other
     CPUs' kernels (a different oneDNN path, AMX's accumulation order) and is still 20 times smaller
     than what the runs learn, so a bf16 run that stops learning, or learns measurably slower, fails.
     """
@@ -206,7 +217,7 @@ def test_bf16_and_fp32_loss_curves_agree(tmp_path, cache, preset, steps, lr, ext
                             steps=steps, name=name, preset=preset)
         runs[name] = [m["loss"] for m in metrics]
     fp32, bf16 = runs["fp32"], runs["bf16"]
-    assert statistics.mean(fp32[-20:]) < 0.85 * statistics.mean(fp32[:20])  # it learned something
+    assert statistics.mean(fp32[-20:]) < 0.88 * statistics.mean(fp32[:20])  # it learned something
     for start in range(0, steps, 20):
         window = slice(start, start + 20)
         a, b = statistics.mean(fp32[window]), statistics.mean(bf16[window])

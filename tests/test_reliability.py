@@ -14,8 +14,9 @@ TINY = ["--preset", "tiny", "--log-interval", "1", "--save-interval", "2"]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("bert_ds_cache"))
+def cache(shared_cache):
+    """The session's BERT_DS_CACHE (tests/conftest.py): the sample tokenizer is trained once."""
+    return shared_cache
 
 
 def _job(args, cache, nproc=1, faults="", timeout=180):

@@ -17,8 +17,9 @@ COMMON = [
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("bert_ds_cache"))
+def cache(shared_cache):
+    """The session's BERT_DS_CACHE (tests/conftest.py): the sample tokenizer is trained once."""
+    return shared_cache
 
 
 def _run(tmp_path, cache, name, extra, nproc, steps):

@@ -98,8 +98,9 @@ def _wait_done(slurm, job: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("slurm_cache"))
+def cache(shared_cache):
+    """The session's BERT_DS_CACHE (tests/conftest.py): the sample tokenizer is trained once."""
+    return shared_cache
 
 
 def test_sbatch_runs_saves_and_resubmission_resumes(slurm, cache, tmp_path):

@@ -108,7 +108,10 @@ def build_deepspeed_config(name_or_path: str, batch, device_type: str, *, zero_s
     config["gradient_accumulation_steps"] = batch.accumulation
     config["train_batch_size"] = batch.global_batch_size
     config["gradient_clipping"] = clip_grad
-    choice = choose_precision(precision, device_type, training_precision(config))
+    asked_by_file = training_precision(config)
+    choice = choose_precision(precision, device_type, asked_by_file)
+    if asked_by_file != "fp32" and asked_by_file != choice.name:
+        notes.append(f"{path.name} enables {asked_by_file}; --precision {precision} trains in {choice.describe()}")
     _apply_precision(config, choice)
     pipeline_clipping = pipeline_parallel > 1 and clip_grad > 0
     if zero_stage is None and _partitions_nothing(config, batch.data_parallel, pipeline_clipping):
