@@ -36,6 +36,11 @@ def is_gpu(device_type: str) -> bool:
     return device_type == "cuda"
 
 
+def accelerator_supports_bf16() -> bool:
+    """Whether this process's accelerator computes in bf16 (NVIDIA: Ampere and later); False on CPUs."""
+    return device().type == "cuda" and torch.cuda.is_bf16_supported()
+
+
 def synchronize() -> None:
     """Wait for queued device work (timing GPU code needs it; a no-op on the CPU)."""
     if device().type == "cuda":

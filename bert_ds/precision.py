@@ -41,10 +41,6 @@ class PrecisionChoice:
     """Said at start when the choice will be slow on this machine (explicit bf16 on a CPU without
     a bf16 matrix instruction)."""
 
-    @property
-    def mixed(self) -> bool:
-        return self.name in MIXED
-
     def describe(self) -> str:
         return f"{self.name} ({self.reason})"
 
@@ -66,14 +62,14 @@ def cpu_bf16_instructions() -> Optional[str]:
 
 
 def gpu_supports_bf16() -> bool:
-    import torch
+    from bert_ds.distributed import accelerator_supports_bf16  # the one module that names accelerators
 
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return accelerator_supports_bf16()
 
 
 def choose_precision(requested: str, device_type: str, config_precision: Optional[str] = None) -> PrecisionChoice:
-    """The precision for `device_type`: "cpu", an accelerator's ("cuda"), or a launch plan's "gpu"
-    (this machine's GPU when it has one, else a bf16 card is assumed).
+    """The precision for `device_type`: "cpu", an accelerator's (`distributed.device().type`), or a
+    launch plan's "gpu" (this machine's GPU when it has one, else a bf16 card is assumed).
 
     `config_precision` is what the DeepSpeed JSON enables ("bf16", "fp16" or None); `auto` on a
     GPU follows an enabled fp16."""
@@ -98,7 +94,11 @@ def _gpu_here() -> bool:
     explicit `--dry-run gpu` target stays free of torch (and of the answer)."""
     import sys
 
-    return "torch" in sys.modules and sys.modules["torch"].cuda.is_available()
+    if "torch" not in sys.modules:
+        return False
+    from bert_ds.distributed import device, is_gpu
+
+    return is_gpu(device().type)
 
 
 CPU_BF16_VARIABLE = "BERT_DS_CPU_BF16"

@@ -65,6 +65,8 @@ def test_explicit_bf16_on_a_cpu_without_the_instruction_runs_with_a_warning(monk
     monkeypatch.setattr(precision, "cpu_bf16_instructions", lambda: None)
     choice = choose_precision("bf16", "cpu")
     assert choice.name == "bf16" and "slower than fp32" in choice.warning
+    _config, notes, _choice = build_deepspeed_config("zero1", BatchPlan(16, 8, 1), "cpu", precision="bf16")
+    assert f"--precision bf16: {choice.warning}" in notes  # every plan and engine says it
 
 
 def test_fp16_on_a_cpu_is_refused():

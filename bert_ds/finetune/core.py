@@ -207,15 +207,15 @@ def run_job(job: FinetuneConfig, task: TaskData, start, layout) -> dict:
         + ", ".join(f"{n} {len(f)}" for n, f in {**task.dev, **task.test}.items())
         + f"; {len(settings)} run(s); starting from {start.description}")
     precision = precision_record(job, layout)
-    say(layout, f"precision: {precision['name']} on {'CPU' if layout.device.type == 'cpu' else 'GPU'}: {precision['reason']}"
-        + (f" (warning: {precision['warning']})" if precision["warning"] else ""))
+    # A slow choice's warning comes with each run's engine notes.
+    say(layout, f"precision: {precision['name']} on {'CPU' if layout.device.type == 'cpu' else 'GPU'}: {precision['reason']}")
     keeper = ModelKeeper(job, task, start, layout)
     results = []
     for index, run in enumerate(settings):
         say(layout, f"run {index + 1}/{len(settings)}: batch {run.batch_size}, lr {run.lr:g}, epochs {run.epochs}, seed {run.seed}")
         results.append(run_once(job, task, start, layout, run, keeper.offer))
     best = max(results, key=lambda r: r.score)
-    summary = write_results(job, task, results, best, layout)
+    summary = write_results(job, task, results, best, layout, precision)
     if layout.rank == 0:
         task.write_outputs(job.output, best.dev_predictions, best.test_outputs)
     dist.barrier()

@@ -86,14 +86,15 @@ def full_fp32_weights(model, layout, engine=None) -> dict[str, torch.Tensor]:
 
 def precision_record(job, layout) -> dict:
     """What the runs trained in and why (bert_ds/precision.py; the deterministic choice the plan printed)."""
-    from bert_ds.precision import choose_precision
-    from bert_ds.training.ds_config import file_precision
+    from bert_ds.training.ds_config import configured_precision
 
-    choice = choose_precision(job.precision, layout.device.type, file_precision(job.deepspeed_config))
-    return dict(name=choice.name, requested=job.precision, reason=choice.reason, warning=choice.warning)
+    choice = configured_precision(job.precision, job.deepspeed_config, layout.device.type)
+    return dict(name=choice.name, requested=choice.requested, reason=choice.reason, warning=choice.warning)
 
 
-def write_results(job, task, results: list, best, layout) -> dict:
+def write_results(job, task, results: list, best, layout, precision: dict) -> dict:
+    """results.json: the selected run, the restarts' spread, the selection budget and `precision`
+    (precision_record's)."""
     same_setting = [r for r in results if r.settings.hyperparameters() == best.settings.hyperparameters()]
     scores = [r.score for r in same_setting]
     summary = dict(
@@ -105,7 +106,7 @@ def write_results(job, task, results: list, best, layout) -> dict:
         selection_budget=dict(settings=len(results) // job.restarts, restarts=job.restarts, runs=len(results)),
         restarts=dict(scores=scores, mean=float(np.mean(scores)), std=float(np.std(scores)), count=len(scores)),
         init=job.init,
-        precision=precision_record(job, layout),
+        precision=precision,
         all_runs=[
             dict(settings=r.settings.hyperparameters(), seed=r.settings.seed, score=r.score, history=r.history)
             for r in results

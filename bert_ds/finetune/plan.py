@@ -88,8 +88,6 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
                                                       clip_grad=job.clip_grad, precision=job.precision)
     stage = zero_stage(ds_config)
     precision = choice.name
-    if choice.warning:
-        notes.append(f"--precision bf16: {choice.warning}")
     biggest, pooler = max(task.head_outputs for task in tasks), any(task.kind != "span" for task in tasks)
     params = finetuning_parameters(config, job.tensor_parallel, biggest, pooler)
     sequences = max(plan.micro_batch_size for plan in batches.values()) * choices

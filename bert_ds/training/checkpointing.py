@@ -101,17 +101,15 @@ def save(run, engine, model, loader, layout, progress: dict, model_config) -> Pa
         loader=loader.state_dict(),
         layout=layout_record(engine, model, layout, run, Path(run.save), tag),
     )
-    from bert_ds.precision import choose_precision
-    from bert_ds.training.ds_config import file_precision
+    from bert_ds.training.ds_config import configured_precision
 
     precision = "bf16" if engine.bfloat16_enabled() else "fp16" if engine.fp16_enabled() else "fp32"
-    # The same (deterministic) decision the launch plan printed, for its reason.
-    choice = choose_precision(run.precision, layout.device.type, file_precision(run.deepspeed_config))
+    choice = configured_precision(run.precision, run.deepspeed_config, layout.device.type)  # for its reason
     summary = dict(
         model_config=client["model_config"],
         run={k: client["run"][k] for k in ("preset", "seq_length", "stop_at_step", "train_steps", "global_batch_size")},
         zero_stage=engine.zero_optimization_stage(), precision=precision,
-        precision_requested=run.precision, precision_reason=choice.reason,
+        precision_requested=choice.requested, precision_reason=choice.reason,
     )
     return checkpoints.save(engine, run.save, progress["step"], client, rank_state, run.keep_last, summary)
 
@@ -253,7 +251,8 @@ def set_engine_state(engine, model, slices: dict, training: Optional[dict]) -> N
         moments = [k for k in kinds if k != "weight"]
         if stage == 0:  # torch's optimizer works on the parameters themselves, or on their fp32 masters
             target = masters.get(id(param), param)
-            target.copy_(kinds["weight"])
+            if target is not param:
+                target.copy_(kinds["weight"])
             for moment in moments:
                 base.state[target][moment].copy_(kinds[moment])
             continue

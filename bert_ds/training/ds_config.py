@@ -112,6 +112,8 @@ def build_deepspeed_config(name_or_path: str, batch, device_type: str, *, zero_s
     choice = choose_precision(precision, device_type, asked_by_file)
     if asked_by_file != "fp32" and asked_by_file != choice.name:
         notes.append(f"{path.name} enables {asked_by_file}; --precision {precision} trains in {choice.describe()}")
+    if choice.warning:
+        notes.append(f"--precision {choice.name}: {choice.warning}")
     _apply_precision(config, choice)
     pipeline_clipping = pipeline_parallel > 1 and clip_grad > 0
     if zero_stage is None and _partitions_nothing(config, batch.data_parallel, pipeline_clipping):
@@ -159,9 +161,10 @@ def optimizer_offloaded(config: dict) -> bool:
     return offload.get("device", "none") != "none"
 
 
-def file_precision(name_or_path: str) -> str:
-    """What a DeepSpeed JSON itself enables ("bf16", "fp16" or "fp32"), before --precision applies."""
-    return training_precision(load_json(resolve_config_path(name_or_path)))
+def configured_precision(requested: str, name_or_path: str, device_type: str) -> PrecisionChoice:
+    """The choice `build_deepspeed_config` makes for this --precision, DeepSpeed JSON and device,
+    for records written after the engine is built (the decision is deterministic)."""
+    return choose_precision(requested, device_type, training_precision(load_json(resolve_config_path(name_or_path))))
 
 
 def training_precision(config: dict) -> str:

@@ -141,8 +141,6 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
                         f"{micro_batch_ceiling(model_config, run.seq_length)} at {run.seq_length} tokens)")
     stage = zero_stage(ds_config)
     precision = choice.name
-    if choice.warning:
-        notes.append(f"--precision bf16: {choice.warning}")
     sources = _sources(run)
     resume_text, start_step = _resume(run)
     with_nsp = run.objective == "mlm_nsp"
