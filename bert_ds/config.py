@@ -203,6 +203,8 @@ class DataConfig:
     """DataLoader worker processes per rank (0: build batches in the training process)."""
     txt_documents: Literal["file", "blank_line"] = "file"
     """.txt sources: one document per file, or one per blank-line separated block."""
+    sentence_splitter: str = "regex"
+    """The sentence splitter (data/splitters.py) that cuts paragraphs into NSP's sentences."""
     seed: int = 1234
     """Seeds file order, pairing, shuffling and masking."""
 
@@ -223,6 +225,10 @@ class DataConfig:
             problems.append(f"block_documents {self.block_documents} must be at least 2 (NSP needs a second document)")
         if self.num_workers < 0:
             problems.append(f"num_workers {self.num_workers} must be >= 0")
+        from bert_ds.data.splitters import SPLITTERS
+
+        if self.sentence_splitter not in SPLITTERS:
+            problems.append(f"sentence_splitter {self.sentence_splitter!r} must be one of {', '.join(SPLITTERS)}")
         if not 0 <= self.seed < 2**32:  # numpy's generators refuse negative seeds; ids pack it in 64 bits
             problems.append(f"seed {self.seed} must be in [0, 2**32)")
         if problems:

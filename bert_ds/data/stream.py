@@ -139,7 +139,7 @@ class SourceReader:
             if not self._is_mine(index):
                 continue
             text = clean_document(record_text(record, self.source, index), self.stats)
-            sentences = split_sentences(text, self.stats) if text else []
+            sentences = split_sentences(text, self.stats, self.config.sentence_splitter) if text else []
             document = [ids for ids in self.tokenizer.encode_batch(sentences) if ids] if sentences else []
             if document:
                 self.documents_this_epoch += 1

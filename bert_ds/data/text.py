@@ -7,6 +7,7 @@ repair is counted in `TextStats`, which the loader reports and checkpoints.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass
 
@@ -81,15 +82,44 @@ def _cut_long(sentence: str, stats: TextStats) -> list[str]:
     return [piece for piece in pieces if piece]
 
 
-def split_sentences(text: str, stats: TextStats) -> list[str]:
-    """Clean text -> sentences, in order. Paragraphs (blank-line separated) never share a
-    sentence; hard-wrapped lines inside a paragraph are joined, as books are wrapped at ~70 chars."""
+# How a document's text is cut into paragraphs before sentence splitting (data/layouts.py picks one
+# per source): "blank_line" joins hard-wrapped lines (Gutenberg books are wrapped at ~70 chars);
+# "line" makes every line a paragraph (the hub's Wikipedia: headings and paragraphs one per line);
+# "sentence_per_line" takes every line as one sentence, unsplit (Google's create_pretraining_data.py
+# input, and one-sentence records such as the hub's BookCorpus).
+PARAGRAPH_MODES = ("blank_line", "line", "sentence_per_line")
+_LINE_BREAK = re.compile(r"\n+")
+
+
+def regex_split(paragraph: str) -> list[str]:
+    """Sentences of one whitespace-normalised paragraph by the punctuation regex above."""
+    return _SENTENCE_END.split(paragraph)
+
+
+@functools.lru_cache(maxsize=None)
+def sentence_splitter(name: str):
+    """The function paragraph -> sentences called `name` (see data/splitters.py for the choices)."""
+    from bert_ds.data.splitters import get_splitter
+
+    return get_splitter(name)
+
+
+def split_sentences(text: str, stats: TextStats, splitter: str = "regex", paragraphs: str = "blank_line") -> list[str]:
+    """Clean text -> sentences, in order. Paragraphs never share a sentence; `paragraphs` says
+    where they end (PARAGRAPH_MODES) and `splitter` names the sentence splitter."""
+    if paragraphs == "blank_line":
+        blocks = _PARAGRAPH_BREAK.split(text)
+    elif paragraphs in ("line", "sentence_per_line"):
+        blocks = _LINE_BREAK.split(text)
+    else:
+        raise ValueError(f"paragraphs must be one of {PARAGRAPH_MODES}, got {paragraphs!r}")
+    split = None if paragraphs == "sentence_per_line" else sentence_splitter(splitter)
     sentences = []
-    for paragraph in _PARAGRAPH_BREAK.split(text):
+    for paragraph in blocks:
         paragraph = _WHITESPACE.sub(" ", paragraph).strip()
         if not paragraph:
             continue
-        for sentence in _SENTENCE_END.split(paragraph):
+        for sentence in ([paragraph] if split is None else split(paragraph)):
             sentences.extend(_cut_long(sentence, stats))
     stats.sentences += len(sentences)
     return sentences
