@@ -1,10 +1,12 @@
 """Corpus sources -> sharded, resumable document streams, built on `datasets` streaming.
 
-A source is written `[NAME=]LOCATION[@WEIGHT]`:
+A source is written `[NAME=]LOCATION[@WEIGHT][#LAYOUT]`:
 - LOCATION is a local file, directory or glob of `.txt` (one document per file, or per blank-line
   separated block with `txt_documents="blank_line"`), `.jsonl`/`.json` or `.parquet` (a `text`
   field per record), or a hub dataset `hf:ID[:CONFIG]` (e.g. `hf:wikimedia/wikipedia:20231101.en`);
 - WEIGHT is the source's share of the training examples, hence of tokens (normalised; default 1);
+- LAYOUT says how records become documents (data/layouts.py: book, article, sentences[:N], lines;
+  default from the source's kind, e.g. `sentences:256` for the hub's BookCorpus);
 - `sample` names the built-in sample corpus: its books and Wikipedia parts in the paper's
   800M : 2,500M words ratio.
 
@@ -46,10 +48,24 @@ class DataSource:
     """Local path/dir/glob, or `hf:ID[:CONFIG]`."""
     weight: float = 1.0
     """Relative share of documents drawn from this source."""
+    layout: str = ""
+    """The spec's `#LAYOUT` (data/layouts.py); empty: the default for the source's kind."""
 
     @property
     def is_hub(self) -> bool:
         return self.location.startswith("hf:")
+
+
+# The sample split the demo and evaluation use: books and the WikiText-2 validation articles train,
+# the WikiText-2 test articles are held out (`--eval-interval` on the sample scores them).
+SAMPLE_TRAIN_SPECS = [f"books={SAMPLE_DIR}/books/*.txt@{PAPER_WEIGHTS['books']:g}",
+                      f"wiki={SAMPLE_DIR}/wiki/wikitext2-valid.jsonl@{PAPER_WEIGHTS['wiki']:g}"]
+SAMPLE_HELD_OUT_SPEC = f"wiki-held-out={SAMPLE_DIR}/wiki/wikitext2-test.jsonl"
+
+
+def is_sample(specs: list[str] | None) -> bool:
+    """The specs name the built-in sample (whole, or its training part)."""
+    return not specs or specs == ["sample"] or specs == SAMPLE_TRAIN_SPECS
 
 
 def sample_sources() -> list[DataSource]:
@@ -70,6 +86,10 @@ def parse_sources(specs: list[str] | None) -> list[DataSource]:
             sources.extend(sample_sources())
             continue
         name, _, rest = spec.rpartition("=") if "=" in spec.split(":", 1)[0] else ("", "", spec)
+        layout = ""
+        if "#" in rest:
+            rest, _, layout = rest.rpartition("#")
+            _parse_layout_of(spec, layout)
         location, weight = rest, 1.0
         if "@" in rest:
             location, _, weight_text = rest.rpartition("@")
@@ -81,11 +101,31 @@ def parse_sources(specs: list[str] | None) -> list[DataSource]:
                 raise DataError(f"Data source {spec!r}: weight must be positive and finite, got {weight}.")
         if not location:
             raise DataError(f"Data source {spec!r} names no location.")
-        sources.append(DataSource(name or _default_name(location, len(sources)), location, weight))
+        sources.append(DataSource(name or _default_name(location, len(sources)), location, weight, layout))
     names = [source.name for source in sources]
     if len(set(names)) != len(names):
         raise DataError(f"Data source names must be unique, got {names}; name them as NAME=LOCATION.")
     return sources
+
+
+def _parse_layout_of(spec: str, layout: str):
+    from bert_ds.data.layouts import LayoutError, parse_layout
+
+    try:
+        return parse_layout(layout)
+    except LayoutError as error:
+        raise DataError(f"Data source {spec!r}: {error}.") from None
+
+
+def record_layout(source: DataSource):
+    """The source's RecordLayout: its spec's `#LAYOUT`, else the default for its kind."""
+    from bert_ds.data.layouts import default_layout
+
+    if source.layout:
+        return _parse_layout_of(source.location, source.layout)
+    if source.is_hub:
+        return default_layout(source.location, None)
+    return default_layout(source.location, _FORMATS[Path(local_files(source)[0]).suffix])
 
 
 def _default_name(location: str, index: int) -> str:
@@ -222,6 +262,8 @@ def load_source(source: DataSource, seed: int, epoch: int, txt_documents: str = 
     files = [files[i] for i in order]
     builder = _FORMATS[Path(files[0]).suffix]
     options = {}
+    if builder == "text" and record_layout(source).blank_line_documents:
+        txt_documents = "blank_line"
     if builder == "text":
         if txt_documents not in ("file", "blank_line"):
             raise DataError(f"txt_documents must be 'file' or 'blank_line', got {txt_documents!r}.")

@@ -24,7 +24,7 @@ import numpy as np
 
 from bert_ds.config import DataConfig
 from bert_ds.data.pairs import Document, Example, build_examples
-from bert_ds.data.sources import DataError, DataSource, document_stream, record_text
+from bert_ds.data.sources import DataError, DataSource, document_stream, record_layout, record_text
 from bert_ds.data.text import TextStats, clean_document, split_sentences
 
 # A block also ends when it holds this many tokens, bounding memory when documents are books.
@@ -38,10 +38,12 @@ BEYOND = 1 << 62
 class SourceReader:
     """Tokenized documents of one source for one shard, looping over epochs.
 
-    The shard keeps record i of an epoch when i % num_shards == shard_index and no `consumed`
+    The source's records are read in units of its layout's group (one record, or N consecutive
+    one-sentence records: data/layouts.py); "record i" below and every counter in the state mean
+    unit i. The shard keeps unit i of an epoch when i % num_shards == shard_index and no `consumed`
     layer claims it. A layer, left by a re-division (data/reshard.py), describes what the shards
-    of an earlier layout already read: record i of `epoch` was consumed when
-    i < cursors[i % stride].
+    of an earlier layout already read: unit i of `epoch` was consumed when i < cursors[i % stride].
+    `max_characters` cuts each document's text (the start-up check reads books this way).
     """
 
     def __init__(self, source: DataSource, tokenizer, config: DataConfig, shard_index: int, num_shards: int, stats: TextStats):
@@ -55,6 +57,9 @@ class SourceReader:
         self._dataset = None
         self._records: Optional[Iterator[dict]] = None
         self._resume_from: Optional[dict] = None
+        self.layout = record_layout(source)
+        self.max_characters: Optional[int] = None
+        self.cut_documents = 0
 
     def state_dict(self) -> dict:
         dataset_state = self._dataset.state_dict() if self._records is not None else self._resume_from
@@ -119,28 +124,44 @@ class SourceReader:
         self.documents_this_epoch = self.records_this_epoch = self.started_at = 0
         self._records = None
 
+    def _next_unit(self) -> Optional[list[dict]]:
+        """The next `layout.group` records of this epoch (fewer at its end), or None at its end."""
+        if self._records is None:
+            self._open()
+        unit = []
+        try:
+            while len(unit) < self.layout.group:
+                unit.append(next(self._records))
+        except StopIteration:
+            pass
+        except DataError:
+            raise
+        except Exception as error:  # a reader failing mid-stream (corrupt shard, I/O error)
+            raise self._reader_error(error) from None
+        return unit or None
+
+    def _document(self, unit: list[dict], index: int) -> Document:
+        first = index * self.layout.group
+        texts = [record_text(record, self.source, first + k) for k, record in enumerate(unit)]
+        text = clean_document("\n".join(texts), self.stats)
+        if self.max_characters is not None and len(text) > self.max_characters:
+            text, self.cut_documents = text[: self.max_characters], self.cut_documents + 1
+        sentences = split_sentences(text, self.stats, self.config.sentence_splitter, self.layout.paragraphs) if text else []
+        return [ids for ids in self.tokenizer.encode_batch(sentences) if ids] if sentences else []
+
     def next_document(self) -> Document:
         """The next non-empty document of this shard as sentences of token ids; starts a new
         epoch at the end of the source."""
         while True:
-            if self._records is None:
-                self._open()
-            try:
-                record = next(self._records)
-            except StopIteration:
+            unit = self._next_unit()
+            if unit is None:
                 self._next_epoch()
                 continue
-            except DataError:
-                raise
-            except Exception as error:  # a reader failing mid-stream (corrupt shard, I/O error)
-                raise self._reader_error(error) from None
             index = self.records_this_epoch
             self.records_this_epoch += 1
             if not self._is_mine(index):
                 continue
-            text = clean_document(record_text(record, self.source, index), self.stats)
-            sentences = split_sentences(text, self.stats, self.config.sentence_splitter) if text else []
-            document = [ids for ids in self.tokenizer.encode_batch(sentences) if ids] if sentences else []
+            document = self._document(unit, index)
             if document:
                 self.documents_this_epoch += 1
                 return document

@@ -207,7 +207,9 @@ def sample_sources(run: RunConfig, tokenizer, include_hub: bool = False) -> list
     from bert_ds.data.sources import parse_sources
     from bert_ds.data.vocab_check import sample_source
 
-    return [sample_source(s, tokenizer, run.seed) for s in parse_sources(run.data) if include_hub or not s.is_hub]
+    splitter = run.data_config().sentence_splitter
+    return [sample_source(s, tokenizer, run.seed, sentence_splitter=splitter)
+            for s in parse_sources(run.data) if include_hub or not s.is_hub]
 
 
 def _resume(run: RunConfig) -> tuple[str, int]:

@@ -30,7 +30,9 @@ def tokenizer_choice(run) -> Optional[str]:
     the sample's cached sentencepiece model. A small preset on real data must name one."""
     if run.tokenizer:
         return run.tokenizer
-    if run.data == ["sample"]:
+    from bert_ds.data.sources import is_sample
+
+    if is_sample(run.data):
         return None
     if run.preset in REAL_CORPUS_TOKENIZER:
         return REAL_CORPUS_TOKENIZER[run.preset]
