@@ -1,7 +1,7 @@
 """Pre-train BERT: `deepspeed bert_ds/pretrain.py ...` (also torchrun, or plain python for one process).
 
-main() reads top to bottom: options -> tokenizer -> launch plan -> parallel layout -> DeepSpeed
-engine -> data -> resume -> train -> save. Each phase is a function below; `python
+main() reads top to bottom: options -> tokenizer -> launch plan -> held-out data -> parallel layout
+-> DeepSpeed engine -> data -> resume -> train (training/loop.py) -> save. Each phase is a function below; `python
 bert_ds/pretrain.py --help` lists the options. `--dry-run` stops after the plan (training/plan.py):
 no process group, no model, no GPU touched.
 """
@@ -9,9 +9,7 @@ no process group, no model, no GPU touched.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -27,51 +25,14 @@ from bert_ds.checkpoint import zero as checkpoints  # noqa: E402
 from bert_ds.config import ConfigError  # noqa: E402
 from bert_ds.data.sources import DataError  # noqa: E402
 from bert_ds.data.tokenizer import TokenizerError  # noqa: E402
+from bert_ds.launcher import discover  # noqa: E402
 from bert_ds.training.args import RunConfig, parse_args  # noqa: E402
 
 from bert_ds.training.health import TrainingDiverged  # noqa: E402
+from bert_ds.training.loop import EXIT_CODE_FOR_SIGNAL, TrainState, train  # noqa: E402
 
 USER_ERRORS = (ConfigError, DataError, TokenizerError, checkpoints.CheckpointError)
 EXIT_DIVERGED = 3  # non-finite steps: stopped without saving, the last checkpoint is the good state
-
-
-@dataclasses.dataclass
-class TrainState:
-    """Progress that a checkpoint carries besides the weights and optimizer."""
-
-    step: int = 0
-    consumed_samples: int = 0
-    consumed_tokens: int = 0
-    stopped_by: int = dataclasses.field(default=0, compare=False, repr=False)
-    """The signal that ended the run early (not saved: a resumed run starts afresh)."""
-
-
-# Exit codes of a run stopped by a signal after its checkpoint: Slurm's time-limit warning
-# (SIGUSR1, the batch script requeues the job) and SIGTERM (scancel, preemption).
-EXIT_CODE_FOR_SIGNAL = {signal.SIGUSR1: 99, signal.SIGTERM: 143}
-
-
-class StopRequest:
-    """Remembers SIGUSR1/SIGTERM; ranks agree on it at a step boundary (see `agreed`)."""
-
-    def __init__(self):
-        self.signal = 0
-        for number in EXIT_CODE_FOR_SIGNAL:
-            signal.signal(number, self._record)
-
-    def _record(self, number, _frame):
-        self.signal = self.signal or number
-
-    def agreed(self, layout, nonfinite_loss: bool, skipped: bool) -> tuple[int, bool, bool]:
-        """Collective: (the signal any rank received, whether any rank's loss was not finite,
-        whether the update was skipped); ranks get signals at different moments."""
-        import torch
-        import torch.distributed as dist
-
-        flags = torch.tensor([int(self.signal), int(nonfinite_loss), int(skipped)], device=layout.device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        signal_number, nonfinite, skip = flags.tolist()
-        return signal_number, bool(nonfinite), bool(skip)
 
 
 def setup_tokenizer(run: RunConfig):
@@ -140,6 +101,37 @@ def setup_data(run: RunConfig, tokenizer, layout):
     return PretrainingLoader(parse_sources(run.data), tokenizer, run.data_config(), layout.dp_rank, layout.data_parallel)
 
 
+def read_evaluation_data(run: RunConfig, tokenizer):
+    """The held-out examples (training/evaluation.py), read before the model is built; None without."""
+    if run.eval_data is None:
+        return None
+    from bert_ds.training.evaluation import load_eval_examples
+
+    start = time.perf_counter()
+    examples, note = load_eval_examples(run, tokenizer)
+    if discover(os.environ).rank == 0:
+        print(f"held-out evaluation set: {len(examples):,} examples of {run.seq_length} tokens from "
+              f"{' '.join(run.eval_data)}, built in {time.perf_counter() - start:.1f}s" + (f"; {note}" if note else ""),
+              flush=True)
+    return examples
+
+
+def setup_evaluation(run: RunConfig, tokenizer, layout, examples):
+    """This rank's micro-batches of the held-out set; None without one."""
+    from bert_ds.training.evaluation import build_eval_set
+
+    return None if examples is None else build_eval_set(run, tokenizer, layout, examples)
+
+
+def evaluate_once(run: RunConfig, engine, model, layout, state: TrainState, eval_set, logger) -> None:
+    """--eval-only: score the loaded weights once and log it at the checkpoint's step."""
+    from bert_ds.training.evaluation import evaluate
+
+    result = evaluate(engine, model, eval_set, layout)
+    logger.log_eval(dict(step=state.step, consumed_samples=state.consumed_samples,
+                         consumed_tokens=state.consumed_tokens, **result.record()))
+
+
 def say(layout, text: str) -> None:
     """A console line from rank 0 only."""
     if layout.rank == 0:
@@ -154,99 +146,6 @@ def resume(run: RunConfig, engine, model, loader, layout, model_config) -> Train
     if resumed.message:
         say(layout, resumed.message)
     return TrainState(**resumed.progress) if resumed.progress else TrainState()
-
-
-def save(run: RunConfig, engine, model, loader, layout, state: TrainState, model_config, logger) -> None:
-    from bert_ds.training import checkpointing
-
-    progress = dict(step=state.step, consumed_samples=state.consumed_samples, consumed_tokens=state.consumed_tokens)
-    tag_dir = checkpointing.save(run, engine, model, loader, layout, progress, model_config)
-    logger.message(f"saved checkpoint {tag_dir}")
-
-
-def train(run: RunConfig, engine, model, loader, layout, model_config, state: TrainState, logger) -> TrainState:
-    """The loop: optimizer steps, logging every --log-interval, checkpoints every --save-interval."""
-    from bert_ds.training.steps import StepResult, pipeline_step, plain_step, reduce_step_results
-
-    from bert_ds.training import faults
-    from bert_ds.training.health import ExampleLog, NonFiniteSteps
-
-    pipeline = layout.pipeline_parallel > 1
-    accumulation = run.validate_batch(layout.data_parallel)
-    batches = iter(loader)
-    if run.example_log:
-        batches = ExampleLog(run.example_log, layout, state.step).wrap(batches, lambda: state.step + 1)
-    window, window_start, saved_at = StepResult(), time.perf_counter(), state.step
-    last_step = min(run.train_steps, run.stop_at_step or run.train_steps)
-    stop, health = StopRequest(), NonFiniteSteps(run.max_skipped_steps)
-    while state.step < last_step:
-        lr, skipped_before = engine.get_lr()[0], engine.skipped_steps
-        if pipeline:
-            result = pipeline_step(engine, batches, accumulation, layout.device, model)
-        else:
-            poison = faults.poisoned(state.step + 1, layout.rank)
-            result = plain_step(engine, batches, accumulation, layout.device, poison)
-        window.add(result)
-        state.step += 1
-        state.consumed_samples += run.global_batch_size
-        faults.at("step", state.step, layout.rank)
-        state.stopped_by, nonfinite, skipped = stop.agreed(layout, not math.isfinite(result.loss), engine.skipped_steps > skipped_before)
-        health.record(state.step, nonfinite, skipped, logger.message)
-        save_due = bool(run.save and run.save_interval and state.step % run.save_interval == 0)
-        # A checkpoint also closes the logging window, so its token count includes every step.
-        if state.step % run.log_interval == 0 or state.step == last_step or save_due or state.stopped_by:
-            total = reduce_step_results(window, layout, pipeline)
-            elapsed = time.perf_counter() - window_start
-            state.consumed_tokens += int(total.tokens)
-            logger.log(_metrics(state, total, lr, engine, elapsed, model_config, run))
-            window, window_start = StepResult(), time.perf_counter()
-        if state.stopped_by:
-            logger.message(f"received {signal.Signals(state.stopped_by).name}: saving and stopping at step {state.step}")
-            break
-        if save_due:
-            saved_at = _save_or_warn(run, engine, model, loader, layout, state, model_config, logger, saved_at)
-    if run.save and saved_at != state.step:
-        save(run, engine, model, loader, layout, state, model_config, logger)  # the final one: failing it is an error
-    return state
-
-
-def _save_or_warn(run, engine, model, loader, layout, state, model_config, logger, saved_at: int) -> int:
-    """A periodic checkpoint; if it cannot be written (full disk...), say so and train on: the
-    previous checkpoint is intact and the next interval tries again."""
-    try:
-        save(run, engine, model, loader, layout, state, model_config, logger)
-        return state.step
-    except checkpoints.CheckpointError as error:
-        logger.message(f"error: {error} Training continues; the next checkpoint is due at step {state.step + run.save_interval}.")
-        return saved_at
-
-
-def _metrics(state, total, lr, engine, elapsed, model_config, run) -> dict:
-    from bert_ds.training.metrics import bert_flops_per_sequence
-
-    micro = max(total.micro_batches, 1.0)
-    samples = max(total.samples, 1.0)
-    flops = bert_flops_per_sequence(
-        model_config.num_layers, model_config.hidden_size, model_config.vocab_size, run.seq_length,
-        total.predicted_tokens / samples, with_nsp=total.has_nsp > 0,
-    )
-    grad_norm = engine.get_global_grad_norm()
-    return dict(
-        step=state.step,
-        consumed_samples=state.consumed_samples,
-        consumed_tokens=state.consumed_tokens,
-        loss=total.loss / micro,
-        mlm_loss=total.mlm_loss / micro,
-        nsp_loss=total.nsp_loss / total.has_nsp if total.has_nsp else None,
-        mlm_accuracy=total.mlm_accuracy / micro,
-        nsp_accuracy=total.nsp_accuracy / total.has_nsp if total.has_nsp else None,
-        lr=lr,
-        grad_norm=float(grad_norm) if grad_norm is not None else None,
-        skipped_steps=int(engine.skipped_steps),
-        tokens_per_s=total.tokens / elapsed,
-        samples_per_s=total.samples / elapsed,
-        model_flops_per_s=flops * total.samples / elapsed,
-    )
 
 
 @dataclasses.dataclass
@@ -264,7 +163,6 @@ class PretrainingRun:
 def plan_launch(run: RunConfig, tokenizer):
     """The launch plan with the run's own tokenizer; rank 0 prints it (and writes --plan-json) and
     checks the tokenizer against the first documents of every source."""
-    from bert_ds.launcher import discover
     from bert_ds.training.plan import resolve_plan, sample_sources
     from bert_ds.training.plan_report import format_pretrain_plan, pretrain_plan_json, write_plan_json
 
@@ -274,7 +172,7 @@ def plan_launch(run: RunConfig, tokenizer):
         if run.plan_json:
             write_plan_json(run.plan_json, pretrain_plan_json(plan))
         for sample in sample_sources(plan.run, tokenizer, include_hub=True):
-            print(f"tokenizer check: {sample.describe()}", flush=True)
+            print(f"data check: {sample.describe()}", flush=True)
             if sample.warning():
                 print("\n" + "!" * 100 + f"\n{sample.warning()}\n" + "!" * 100 + "\n", file=sys.stderr, flush=True)
     return plan
@@ -287,10 +185,12 @@ def run_pretraining(run: RunConfig) -> PretrainingRun:
     tokenizer = setup_tokenizer(run)
     plan = plan_launch(run, tokenizer)
     run = plan.run  # every `auto` resolved
+    eval_examples = read_evaluation_data(run, tokenizer)
     model_config, layout = setup_parallel(run, tokenizer)
     engine, model, _ = setup_engine(run, model_config, layout, plan.ds_config)
     loader = setup_data(run, tokenizer, layout)
-    if run.save:
+    eval_set = setup_evaluation(run, tokenizer, layout, eval_examples)
+    if run.save and not run.eval_only:
         checkpoints.prepare_save_dir(run.save, tokenizer)  # an unwritable --save fails here, not hours later
     state = resume(run, engine, model, loader, layout, model_config)
     logger = MetricsLogger(
@@ -298,7 +198,15 @@ def run_pretraining(run: RunConfig) -> PretrainingRun:
         enabled=layout.rank == 0, start_step=state.step,
     )
     try:
-        train(run, engine, model, loader, layout, model_config, state, logger)
+        if run.eval_only:
+            evaluate_once(run, engine, model, layout, state, eval_set, logger)
+        else:
+            evaluation = None
+            if eval_set is not None:
+                from bert_ds.training.eval_loop import HeldOutEvaluation
+
+                evaluation = HeldOutEvaluation(run, eval_set, logger)
+            train(run, engine, model, loader, layout, model_config, state, logger, evaluation)
     finally:
         logger.close()
     return PretrainingRun(engine, model, tokenizer, layout, model_config, state)

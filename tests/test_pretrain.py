@@ -20,7 +20,12 @@ def _train(tmp_path, cache, extra, nproc=1, steps=30, name="run"):
         nproc=nproc, cache_dir=cache,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return read_metrics(metrics), result
+    return [m for m in read_metrics(metrics) if "loss" in m], result
+
+
+def _evals(tmp_path, name="run") -> dict:
+    """The held-out evaluations a run logged (`eval/` lines of its metrics file), by step."""
+    return {m["step"]: m for m in read_metrics(tmp_path / f"{name}.jsonl") if "eval/mlm_loss" in m}
 
 
 def _falls(losses, points=0.3):
@@ -29,10 +34,15 @@ def _falls(losses, points=0.3):
 
 @pytest.mark.parametrize("extra", TWO_RANK_LAYOUTS.values(), ids=TWO_RANK_LAYOUTS.keys())
 def test_two_rank_layouts_train(tmp_path, cache, extra):
-    metrics, _ = _train(tmp_path, cache, extra, nproc=2)
+    """Every layout trains, and evaluates on the held-out articles (ZeRO 0-3, TP, PP)."""
+    metrics, _ = _train(tmp_path, cache, extra + ["--eval-interval", "15", "--eval-samples", "24"], nproc=2)
     assert [m["step"] for m in metrics] == list(range(1, 31))
     losses = [m["loss"] for m in metrics]
     assert _falls(losses), losses
+    evals = _evals(tmp_path)
+    assert sorted(evals) == [15, 30] and all(e["eval/samples"] == 24 for e in evals.values())
+    assert evals[30]["eval/mlm_loss"] < evals[15]["eval/mlm_loss"], evals
+    assert all(0 <= e["eval/nsp_accuracy"] <= 1 for e in evals.values())
     assert metrics[-1]["consumed_samples"] == 30 * 16
     assert all(m["tokens_per_s"] > 0 and m["model_flops_per_s"] > 0 for m in metrics)
     assert all(m["grad_norm"] is not None and m["grad_norm"] > 0 for m in metrics), [m["grad_norm"] for m in metrics]
@@ -50,14 +60,21 @@ def test_tp2_and_pp2_match_one_process(tmp_path, cache):
 
 @pytest.mark.parametrize("extra", [["--zero-stage", "2"], ["--pipeline-parallel", "2"]], ids=["dp2-zero2", "pp2"])
 def test_resume_is_exact(tmp_path, cache, extra):
+    """A resumed run continues the losses bitwise, and the held-out series (one file, appended)."""
+    extra = extra + ["--eval-interval", "2", "--eval-samples", "16"]
     straight, _ = _train(tmp_path, cache, extra, nproc=2, steps=8, name="straight")
     save = str(tmp_path / "ckpt")
     first, _ = _train(tmp_path, cache, extra + ["--save", save, "--stop-at-step", "4"], nproc=2, steps=8, name="first")
     assert [m["step"] for m in first] == [1, 2, 3, 4]
     assert_checkpoint_matches_estimate(save)  # the launch plan's estimate, at DP=2 ZeRO-2 and PP=2 ZeRO-1
-    second, result = _train(tmp_path, cache, extra + ["--load", save], nproc=2, steps=8, name="second")
+    second, result = _train(tmp_path, cache, extra + ["--load", save], nproc=2, steps=8, name="first")
     assert "resumed from" in result.stdout and "step 4" in result.stdout
+    second = second[4:]  # the same metrics file: the first run's lines, then the resumed run's
     assert [m["step"] for m in second] == [5, 6, 7, 8]
+    evals, straight_evals = _evals(tmp_path, "first"), _evals(tmp_path, "straight")
+    assert sorted(evals) == sorted(straight_evals) == [2, 4, 6, 8]
+    for step in (6, 8):
+        assert evals[step]["eval/mlm_loss"] == straight_evals[step]["eval/mlm_loss"], step
     for resumed, uninterrupted in zip(second, straight[4:]):
         assert resumed["loss"] == uninterrupted["loss"], resumed["step"]  # bitwise
         assert resumed["consumed_tokens"] == uninterrupted["consumed_tokens"]

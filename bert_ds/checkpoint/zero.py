@@ -6,6 +6,7 @@ Layout of `SAVE_DIR/`:
         rank00003.pt         ... plus one file per rank: its RNG streams and data-stream position
         complete.json        written by rank 0 after every rank finished: the tag is usable
     latest                   the newest complete tag (replaced atomically after complete.json)
+    best.json                with --keep-best: the best evaluated tag and its held-out metrics
     tokenizer/               the run's tokenizer (for exports and conversions)
 
 A crash mid-save leaves a tag without complete.json; it is never picked as latest.
@@ -23,6 +24,7 @@ from typing import Optional
 
 COMPLETE = "complete.json"
 LATEST = "latest"
+BEST = "best.json"
 TOKENIZER_DIR = "tokenizer"
 
 
@@ -52,7 +54,7 @@ def complete_tags(save_dir: Path) -> list[str]:
 
 
 def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict, keep_last: Optional[int],
-         summary: Optional[dict] = None) -> Path:
+         summary: Optional[dict] = None, best: Optional[dict] = None) -> Path:
     """Collective: every rank calls it. Returns the tag folder once the checkpoint is complete.
 
     `summary` (JSON values) goes into complete.json, where launch plans read it without opening
@@ -61,6 +63,9 @@ def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict,
     A write that fails on any rank (full disk, unwritable folder) fails the save on every rank
     with one CheckpointError naming the rank and the error; the partial folder is removed and
     `latest` still names the previous checkpoint, untouched.
+
+    `best` (JSON values): this checkpoint becomes the one BEST names, before the --keep-last
+    rotation runs, so the previous best can go at once.
     """
     import torch
     import torch.distributed as dist
@@ -109,11 +114,30 @@ def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict,
                       time=time.time(), files=files, **(summary or {}))
         _write_atomically(tag_dir / COMPLETE, json.dumps(marker))
         _write_atomically(root / LATEST, tag)
+        if best is not None:
+            mark_best(str(root), tag, best)
         if keep_last:
+            best = best_tag(str(root))  # --keep-best: kept apart from the newest keep_last
             for old in complete_tags(root)[:-keep_last]:
-                shutil.rmtree(root / old, ignore_errors=True)
+                if old != best:
+                    shutil.rmtree(root / old, ignore_errors=True)
     dist.barrier()
     return tag_dir
+
+
+def mark_best(save_dir: str, tag: str, record: dict) -> None:
+    """Name `tag` the best evaluated checkpoint (BEST holds the tag and its metrics); rotation by
+    --keep-last never removes it. The previous best falls back into rotation."""
+    _write_atomically(Path(save_dir) / BEST, json.dumps(dict(tag=tag, **record)))
+
+
+def best_tag(save_dir: str) -> Optional[str]:
+    """The tag BEST names, if that checkpoint is complete."""
+    try:
+        tag = json.loads((Path(save_dir) / BEST).read_text())["tag"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return tag if (Path(save_dir) / tag / COMPLETE).is_file() else None
 
 
 def gather_failures(failure: str) -> list[str]:

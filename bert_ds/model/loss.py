@@ -80,3 +80,37 @@ def pretraining_loss(
             nsp_accuracy = (nsp_logits.argmax(-1) == next_sentence_label).float().mean()
         loss = mlm_loss + nsp_loss
     return PretrainingLoss(loss, mlm_loss, nsp_loss, mlm_accuracy, nsp_accuracy)
+
+
+EVAL_SUM_FIELDS = ("mlm_loss", "mlm_correct", "mlm_count", "nsp_loss", "nsp_correct", "nsp_count")
+
+
+@torch.no_grad()
+def evaluation_sums(
+    mlm_logits: torch.Tensor,
+    mlm_targets: torch.Tensor,
+    nsp_logits: Optional[torch.Tensor] = None,
+    next_sentence_label: Optional[torch.Tensor] = None,
+    tp_group=None,
+) -> torch.Tensor:
+    """Sums for held-out metrics, float64 [EVAL_SUM_FIELDS]: summed, not averaged, so that any
+    split of the evaluation set into micro-batches and ranks adds up to the same means (a token-
+    weighted MLM loss and accuracy, an example-weighted NSP loss and accuracy).
+
+    NSP rows whose label is negative are padding (an evaluation set that does not fill every
+    rank's last micro-batch) and count nowhere; padding rows select no MLM position either.
+    """
+    sums = torch.zeros(len(EVAL_SUM_FIELDS), dtype=torch.float64, device=mlm_logits.device)
+    mlm_logits = mlm_logits.float()
+    count = mlm_targets.numel()
+    if count:
+        sums[1] = vocab_parallel_accuracy(mlm_logits, mlm_targets, tp_group).double() * count
+        sums[0] = vocab_parallel_cross_entropy(mlm_logits, mlm_targets).double().sum()  # consumes the logits
+        sums[2] = count
+    if nsp_logits is not None and next_sentence_label is not None:
+        real = next_sentence_label >= 0
+        logits, labels = nsp_logits[real].float(), next_sentence_label[real]
+        sums[3] = F.cross_entropy(logits, labels, reduction="sum").double() if labels.numel() else 0.0
+        sums[4] = (logits.argmax(-1) == labels).sum()
+        sums[5] = labels.numel()
+    return sums

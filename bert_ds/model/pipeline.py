@@ -41,7 +41,7 @@ from bert_ds.model.bert import (
     attention_mask_to_masked_out,
 )
 from bert_ds.model.layers import layer_norm_impl, layer_spec
-from bert_ds.model.loss import PretrainingLoss, pretraining_loss
+from bert_ds.model.loss import PretrainingLoss, evaluation_sums, pretraining_loss
 from bert_ds.model.sharding import shard_full_state_dict
 
 TIED_KEY = "word_embeddings"
@@ -156,11 +156,14 @@ class StageMetrics:
     """
 
     def __init__(self) -> None:
+        self.evaluating = False
         self.reset()
 
     def reset(self) -> None:
         self.count = 0
         self.sums: dict[str, Optional[torch.Tensor]] = {}
+        self.eval_sums: Optional[torch.Tensor] = None
+        """Held-out sums (model/loss.py evaluation_sums) of the micro-batches of an eval_batch."""
 
     def add(self, losses: PretrainingLoss) -> None:
         for name in _METRIC_FIELDS:
@@ -185,6 +188,10 @@ class PretrainingLossFn:
     def __call__(self, outputs: tuple, labels: tuple) -> torch.Tensor:
         mlm_logits, nsp_logits, loss_mask = outputs
         next_sentence_label = labels[1] if len(labels) > 1 else None
+        if self.metrics.evaluating:
+            sums = evaluation_sums(mlm_logits, labels[0][loss_mask], nsp_logits, next_sentence_label, self.tp_group)
+            self.metrics.eval_sums = sums if self.metrics.eval_sums is None else self.metrics.eval_sums + sums
+            return (sums[0] / sums[2].clamp(min=1)).float()  # eval_batch averages it; training/evaluation.py reads the sums
         losses = pretraining_loss(mlm_logits, labels[0][loss_mask], nsp_logits, next_sentence_label, self.tp_group)
         self.metrics.add(losses)
         return losses.loss
@@ -207,6 +214,7 @@ class BertPipelineModule(PipelineModule):
     def train(self, mode: bool = True) -> "BertPipelineModule":
         if hasattr(self, "metrics"):  # not yet set while PipelineModule.__init__ runs
             self.metrics.reset()
+            self.metrics.evaluating = not mode
         return super().train(mode)
 
 

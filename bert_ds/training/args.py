@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bert_ds.config import PRESETS, ConfigError, DataConfig, ModelConfig, model_preset
+from bert_ds.data.splitters import DEFAULT_SPLITTER, SPLITTERS
 from bert_ds.data.tokenizer import add_lowercase_argument
 
 # The paper: batch 256 x 512 tokens... as 256 sequences, Adam lr 1e-4, 10k warm-up, 1M steps.
@@ -45,7 +46,22 @@ class RunConfig:
     precision: str = "auto"
     """auto, fp32, bf16 or fp16: bf16 where this device multiplies bf16 fast (bert_ds/precision.py)."""
     data: list[str] = field(default_factory=lambda: ["sample"])
-    """Sources `[NAME=]LOCATION[@WEIGHT]`; "sample" is the built-in corpus."""
+    """Sources `[NAME=]LOCATION[@WEIGHT][#LAYOUT]`; "sample" is the built-in corpus."""
+    sentence_splitter: str = DEFAULT_SPLITTER
+    """The sentence splitter of the data pipeline (data/splitters.py)."""
+    eval_data: Optional[list[str]] = None
+    """Held-out sources (the --data syntax); default with the sample: its held-out articles."""
+    eval_interval: Optional[int] = None
+    """Evaluate every this many steps (None: no evaluation)."""
+    eval_samples: Optional[int] = None
+    """Examples in the evaluation set (None: up to DEFAULT_EVAL_SAMPLES, as many as the data holds)."""
+    eval_only: bool = False
+    """Evaluate the loaded checkpoint (or the initial weights) once and exit; nothing is trained or saved."""
+    target_mlm_accuracy: Optional[float] = None
+    """Stop (with a checkpoint) at the first evaluation reaching this held-out masked-LM accuracy."""
+    keep_best: bool = False
+    """Checkpoint at every evaluation that improves held-out masked-LM accuracy and keep the best
+    one apart from --keep-last (best.json names it)."""
     tokenizer: Optional[str] = None
     """sentencepiece .model, vocab.txt, a folder, or bert-base-uncased / bert-base-cased (built in);
     default: bert-base-uncased for base/large on your own --data, a sentencepiece model trained
@@ -132,6 +148,7 @@ class RunConfig:
             objective=self.objective,
             dynamic_masking=self.dynamic_masking,
             num_workers=self.num_workers,
+            sentence_splitter=self.sentence_splitter,
             seed=self.seed,
         )
 
@@ -157,7 +174,18 @@ def _parser() -> argparse.ArgumentParser:
     add("--deepspeed-config", default=None, help="ds_configs/ name or JSON path (default zero1; pipeline for PP>1)")
     add("--zero-stage", type=int, choices=[0, 1, 2, 3], default=None, help="override the config's ZeRO stage")
     add_precision_argument(parser)
-    add("--data", nargs="+", default=["sample"], help="sources [NAME=]LOCATION[@WEIGHT]")
+    add("--data", nargs="+", default=["sample"],
+        help="sources [NAME=]LOCATION[@WEIGHT][#LAYOUT]; LAYOUT: book, article, sentences[:N] or lines "
+        "(default by kind: sentences:256 for the hub's BookCorpus, article for other hub data and JSON/Parquet, book for .txt)")
+    add("--sentence-splitter", default=DEFAULT_SPLITTER, choices=SPLITTERS, help="how paragraphs are cut into sentences")
+    add("--eval-data", nargs="+", default=None,
+        help="held-out sources, as --data (default with the sample: its held-out Wikipedia articles)")
+    add("--eval-interval", type=int, default=None, help="evaluate on the held-out set every N steps (default: never)")
+    add("--eval-samples", type=int, default=None, help="examples in the held-out set (default: up to 1000)")
+    add("--eval-only", action="store_true", help="evaluate the loaded checkpoint once and exit")
+    add("--target-mlm-accuracy", type=float, default=None,
+        help="stop with a checkpoint at the first evaluation reaching this held-out masked-LM accuracy (MLPerf: 0.72)")
+    add("--keep-best", action="store_true", help="also keep the checkpoint of the best evaluation (best.json)")
     add("--tokenizer", default=None, help="sentencepiece .model, vocab.txt, folder, or bert-base-uncased / "
         "bert-base-cased (default: bert-base-uncased for base/large on your own --data; the sample's own)")
     add_lowercase_argument(parser)
@@ -248,9 +276,43 @@ def parse_args(argv: Optional[list[str]] = None) -> RunConfig:
     values["dynamic_masking"] = not args.static_masking
     if values["deepspeed_config"] is None:
         values["deepspeed_config"] = "pipeline" if args.pipeline_parallel > 1 else "zero1"
+    _default_eval_data(values)
     run = RunConfig(**values)
     _check(run)
     return run
+
+
+def _default_eval_data(values: dict) -> None:
+    """Evaluating on the sample without --eval-data: score its held-out articles and train on the
+    rest (data/sources.py SAMPLE_TRAIN_SPECS), so the evaluation never scores training text."""
+    from bert_ds.data.sources import SAMPLE_HELD_OUT_SPEC, SAMPLE_TRAIN_SPECS
+
+    evaluating = values["eval_interval"] is not None or values["eval_only"]
+    if evaluating and values["eval_data"] is None and values["data"] == ["sample"]:
+        values["data"], values["eval_data"] = list(SAMPLE_TRAIN_SPECS), [SAMPLE_HELD_OUT_SPEC]
+
+
+def _check_evaluation(run: RunConfig, problems: list[str]) -> None:
+    evaluating = run.eval_interval is not None or run.eval_only
+    if run.eval_interval is not None and run.eval_interval < 1:
+        problems.append(f"--eval-interval must be at least 1 (leave it out to not evaluate), got {run.eval_interval}")
+    if run.eval_samples is not None and run.eval_samples < 1:
+        problems.append(f"--eval-samples must be at least 1, got {run.eval_samples}")
+    if evaluating and run.eval_data is None:
+        problems.append("--eval-interval needs --eval-data (held-out text, the --data syntax) unless training on the sample")
+    if run.eval_data is not None and not evaluating:
+        problems.append("--eval-data needs --eval-interval (or --eval-only)")
+    if run.eval_samples is not None and not evaluating:
+        problems.append("--eval-samples needs --eval-interval (or --eval-only)")
+    target = run.target_mlm_accuracy
+    if target is not None and not (math.isfinite(target) and 0.0 < target <= 1.0):
+        problems.append(f"--target-mlm-accuracy must be in (0, 1], got {target}")
+    if target is not None and run.eval_interval is None:
+        problems.append("--target-mlm-accuracy needs --eval-interval")
+    if run.keep_best and (run.eval_interval is None or not run.save):
+        problems.append("--keep-best needs --eval-interval and --save")
+    if run.eval_only and (run.target_mlm_accuracy is not None or run.keep_best):
+        problems.append("--eval-only trains nothing: it takes no --target-mlm-accuracy or --keep-best")
 
 
 def _check(run: RunConfig) -> None:
@@ -286,5 +348,6 @@ def _check(run: RunConfig) -> None:
         problems.append("--load and --auto-resume exclude each other")
     if run.pipeline_parallel > 1 and run.zero_stage is not None and run.zero_stage > 1:
         problems.append(f"--zero-stage {run.zero_stage} cannot be combined with pipeline parallelism (use 0 or 1)")
+    _check_evaluation(run, problems)
     if problems:
         raise ConfigError("Invalid options: " + "; ".join(problems) + ".")

@@ -90,8 +90,9 @@ def fp32_masters(engine) -> dict:
             for p, master in zip(group, masters)}
 
 
-def save(run, engine, model, loader, layout, progress: dict, model_config) -> Path:
-    """Collective: a complete checkpoint of step progress["step"] under run.save."""
+def save(run, engine, model, loader, layout, progress: dict, model_config, best: Optional[dict] = None) -> Path:
+    """Collective: a complete checkpoint of step progress["step"] under run.save; `best` (held-out
+    metrics) names it the best evaluated one (--keep-best)."""
     from bert_ds.distributed import rng_state_dict
 
     tag = checkpoints.tag_for_step(progress["step"])
@@ -111,7 +112,7 @@ def save(run, engine, model, loader, layout, progress: dict, model_config) -> Pa
         zero_stage=engine.zero_optimization_stage(), precision=precision,
         precision_requested=choice.requested, precision_reason=choice.reason,
     )
-    return checkpoints.save(engine, run.save, progress["step"], client, rank_state, run.keep_last, summary)
+    return checkpoints.save(engine, run.save, progress["step"], client, rank_state, run.keep_last, summary, best)
 
 
 @dataclasses.dataclass

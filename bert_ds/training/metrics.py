@@ -1,7 +1,8 @@
 """What the pre-training loop logs: one dict per logged step, written to three places.
 
 `MetricsLogger.log(values)` writes the same numbers to a console progress line, a JSON Lines file
-and TensorBoard (scalars under "train/<key>"). `mlm_loss` is the masked-token cross-entropy over the
+and TensorBoard (scalars under "train/<key>"); `log_eval` writes a held-out evaluation the same
+three ways, as a line with the EVAL_KEYS ("eval/mlm_loss", ...; TensorBoard under those names). `mlm_loss` is the masked-token cross-entropy over the
 selected positions, not a perplexity of the text; `loss` is what was back-propagated (mlm + nsp).
 """
 
@@ -18,6 +19,9 @@ METRIC_KEYS = (
     "step", "consumed_samples", "consumed_tokens", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy",
     "nsp_accuracy", "lr", "grad_norm", "tokens_per_s", "samples_per_s", "model_flops_per_s",
 )
+
+EVAL_KEYS = ("eval/mlm_loss", "eval/mlm_accuracy", "eval/nsp_loss", "eval/nsp_accuracy", "eval/samples", "eval/seconds")
+PROGRESS_KEYS = ("step", "consumed_samples", "consumed_tokens")
 
 
 def bert_flops_per_sequence(
@@ -122,17 +126,35 @@ class MetricsLogger:
         are written too (after the standard ones in JSON). Raises ValueError naming missing keys."""
         if not self.enabled:
             return
-        missing = [key for key in METRIC_KEYS if key not in values]
+        ordered = self._write(values, METRIC_KEYS, "train/")
+        print(self._console_line(ordered), file=self.stream, flush=True)
+
+    def log_eval(self, values: Mapping[str, Any]) -> None:
+        """Write one held-out evaluation: PROGRESS_KEYS and EVAL_KEYS (nsp ones may be None),
+        extra keys after them; ValueError naming missing keys."""
+        if not self.enabled:
+            return
+        ordered = self._write(values, PROGRESS_KEYS + EVAL_KEYS, "")
+        def fmt(key: str, spec: str) -> str:
+            return "-" if ordered[key] is None else format(ordered[key], spec)
+
+        print(f"eval at step {int(ordered['step'])} | mlm_loss {fmt('eval/mlm_loss', '.3f')} | "
+              f"mlm_acc {fmt('eval/mlm_accuracy', '.4f')} | nsp_loss {fmt('eval/nsp_loss', '.3f')} | "
+              f"nsp_acc {fmt('eval/nsp_accuracy', '.4f')} | {int(ordered['eval/samples']):,} examples in "
+              f"{ordered['eval/seconds']:.1f}s", file=self.stream, flush=True)
+
+    def _write(self, values: Mapping[str, Any], keys: tuple, tensorboard_prefix: str) -> dict:
+        missing = [key for key in keys if key not in values]
         if missing:
-            raise ValueError(f"MetricsLogger.log: missing metric keys: {', '.join(missing)}")
-        ordered = {key: _plain(values[key]) for key in METRIC_KEYS}
+            raise ValueError(f"MetricsLogger: missing metric keys: {', '.join(missing)}")
+        ordered = {key: _plain(values[key]) for key in keys}
         ordered.update({key: _plain(value) for key, value in values.items() if key not in ordered})
         if self._file is not None:
             record = {key: _json_value(value) for key, value in ordered.items()}
             self._file.write(json.dumps(record) + "\n")
             self._file.flush()  # a killed run keeps every line it logged
-        self._write_tensorboard(ordered)
-        print(self._console_line(ordered), file=self.stream, flush=True)
+        self._write_tensorboard(ordered, tensorboard_prefix)
+        return ordered
 
     def message(self, text: str) -> None:
         """A plain console line (e.g. "saved checkpoint ..."); no-op when disabled."""
@@ -154,7 +176,7 @@ class MetricsLogger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _write_tensorboard(self, values: Mapping[str, Any]) -> None:
+    def _write_tensorboard(self, values: Mapping[str, Any], prefix: str) -> None:
         if self._tensorboard_dir is None:
             return
         if self._writer is None:
@@ -170,7 +192,7 @@ class MetricsLogger:
             # None (no NSP head) and non-numbers have no scalar curve; bool is not a metric.
             if key == "step" or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
-            self._writer.add_scalar(f"train/{key}", value, global_step=step)
+            self._writer.add_scalar(f"{prefix}{key}", value, global_step=step)
         self._writer.flush()
 
     def _console_line(self, v: Mapping[str, Any]) -> str:

@@ -60,6 +60,17 @@ def write_plan_json(path: str, value: dict) -> None:
     target.write_text(json.dumps(value, indent=1) + "\n")
 
 
+def evaluation_text(run) -> str:
+    """The plan's held-out evaluation row."""
+    from bert_ds.training.evaluation import DEFAULT_EVAL_SAMPLES, EVAL_SEED
+
+    target = f"; stop at masked-LM accuracy {run.target_mlm_accuracy:g}" if run.target_mlm_accuracy else ""
+    best = "; the best checkpoint is kept (best.json)" if run.keep_best else ""
+    samples = f"{run.eval_samples:,}" if run.eval_samples else f"up to {DEFAULT_EVAL_SAMPLES:,}"
+    return (f"every {run.eval_interval:,} steps, {samples} fixed examples of {' '.join(run.eval_data)} "
+            f"(static masks and pairs, seed {EVAL_SEED}){target}{best}")
+
+
 def format_pretrain_plan(plan) -> str:
     """The pre-training plan (training/plan.LaunchPlan) as a table."""
     run, config, batch = plan.run, plan.model_config, plan.batch
@@ -86,7 +97,9 @@ def format_pretrain_plan(plan) -> str:
         ("data", "\n".join(f"{s.name} {100 * s.share:.1f}%: {s.location} ({s.detail})" for s in plan.sources)),
     ]
     if plan.samples:
-        rows.append(("[UNK] check", "\n".join(sample.describe() for sample in plan.samples)))
+        rows.append(("data check", "\n".join(sample.describe() for sample in plan.samples)))
+    if run.eval_interval:
+        rows.append(("evaluation", evaluation_text(run)))
     rows += [
         ("resume", plan.resume_text),
         ("memory", memory_text(plan.memory, f"micro batch {batch.micro_batch_size} x {run.seq_length} tokens"

@@ -1,0 +1,168 @@
+"""The pre-training loop: optimizer steps, logging, checkpoints, held-out evaluations, signals.
+
+`train()` runs from the resumed state to --train-steps (or --stop-at-step); TrainState is what a
+checkpoint carries besides weights, optimizer and data position. bert_ds/pretrain.py sets up
+everything this loop needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import signal
+import time
+from typing import Optional
+
+from bert_ds.checkpoint import zero as checkpoints
+
+
+@dataclasses.dataclass
+class TrainState:
+    """Progress that a checkpoint carries besides the weights and optimizer."""
+
+    step: int = 0
+    consumed_samples: int = 0
+    consumed_tokens: int = 0
+    wall_seconds: float = 0.0
+    """Time in the training loop (steps, evaluations, checkpoints), summed over resumed runs."""
+    best_eval_mlm_accuracy: Optional[float] = None
+    best_eval_step: int = 0
+    stopped_by: int = dataclasses.field(default=0, compare=False, repr=False)
+    """The signal that ended the run early (not saved: a resumed run starts afresh)."""
+    reached_target: bool = dataclasses.field(default=False, compare=False, repr=False)
+
+
+# Exit codes of a run stopped by a signal after its checkpoint: Slurm's time-limit warning
+# (SIGUSR1, the batch script requeues the job) and SIGTERM (scancel, preemption).
+EXIT_CODE_FOR_SIGNAL = {signal.SIGUSR1: 99, signal.SIGTERM: 143}
+
+
+class StopRequest:
+    """Remembers SIGUSR1/SIGTERM; ranks agree on it at a step boundary (see `agreed`)."""
+
+    def __init__(self):
+        self.signal = 0
+        for number in EXIT_CODE_FOR_SIGNAL:
+            signal.signal(number, self._record)
+
+    def _record(self, number, _frame):
+        self.signal = self.signal or number
+
+    def agreed(self, layout, nonfinite_loss: bool, skipped: bool) -> tuple[int, bool, bool]:
+        """Collective: (the signal any rank received, whether any rank's loss was not finite,
+        whether the update was skipped); ranks get signals at different moments."""
+        import torch
+        import torch.distributed as dist
+
+        flags = torch.tensor([int(self.signal), int(nonfinite_loss), int(skipped)], device=layout.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        signal_number, nonfinite, skip = flags.tolist()
+        return signal_number, bool(nonfinite), bool(skip)
+
+
+def save(run, engine, model, loader, layout, state: TrainState, model_config, logger, best=None) -> None:
+    from bert_ds.training import checkpointing
+
+    progress = {f.name: getattr(state, f.name) for f in dataclasses.fields(state) if f.compare}
+    tag_dir = checkpointing.save(run, engine, model, loader, layout, progress, model_config, best)
+    logger.message(f"saved checkpoint {tag_dir}" + (" (the best held-out accuracy so far: best.json)" if best else ""))
+
+
+def train(run, engine, model, loader, layout, model_config, state: TrainState, logger,
+          evaluation=None) -> TrainState:
+    """The loop: optimizer steps, logging every --log-interval, checkpoints every --save-interval,
+    held-out evaluations every --eval-interval (`evaluation`: training/eval_loop.py)."""
+    from bert_ds.training.steps import StepResult, pipeline_step, plain_step, reduce_step_results
+
+    from bert_ds.training import faults
+    from bert_ds.training.health import ExampleLog, NonFiniteSteps
+
+    pipeline = layout.pipeline_parallel > 1
+    accumulation = run.validate_batch(layout.data_parallel)
+    batches = iter(loader)
+    if run.example_log:
+        batches = ExampleLog(run.example_log, layout, state.step).wrap(batches, lambda: state.step + 1)
+    window, window_start, saved_at = StepResult(), time.perf_counter(), state.step
+    last_step = min(run.train_steps, run.stop_at_step or run.train_steps)
+    stop, health = StopRequest(), NonFiniteSteps(run.max_skipped_steps)
+    loop_start, wall_before = time.perf_counter(), state.wall_seconds
+    while state.step < last_step:
+        lr, skipped_before = engine.get_lr()[0], engine.skipped_steps
+        if pipeline:
+            result = pipeline_step(engine, batches, accumulation, layout.device, model)
+        else:
+            poison = faults.poisoned(state.step + 1, layout.rank)
+            result = plain_step(engine, batches, accumulation, layout.device, poison)
+        window.add(result)
+        state.step += 1
+        state.consumed_samples += run.global_batch_size
+        faults.at("step", state.step, layout.rank)
+        state.stopped_by, nonfinite, skipped = stop.agreed(layout, not math.isfinite(result.loss), engine.skipped_steps > skipped_before)
+        health.record(state.step, nonfinite, skipped, logger.message)
+        save_due = bool(run.save and run.save_interval and state.step % run.save_interval == 0)
+        eval_due = evaluation is not None and evaluation.due(state.step, last_step)
+        # A checkpoint or an evaluation also closes the logging window, so its token count includes every step.
+        if state.step % run.log_interval == 0 or state.step == last_step or save_due or eval_due or state.stopped_by:
+            total = reduce_step_results(window, layout, pipeline)
+            elapsed = time.perf_counter() - window_start
+            state.consumed_tokens += int(total.tokens)
+            logger.log(_metrics(state, total, lr, engine, elapsed, model_config, run))
+            window, window_start = StepResult(), time.perf_counter()
+        state.wall_seconds = wall_before + time.perf_counter() - loop_start
+        if eval_due:
+            outcome = evaluation(engine, model, layout, state)
+            if outcome.improved and run.keep_best:
+                best = {"step": state.step, "eval/mlm_accuracy": state.best_eval_mlm_accuracy}
+                saved_at = _save_or_warn(run, engine, model, loader, layout, state, model_config, logger, saved_at, best)
+            if outcome.reached_target:
+                state.reached_target = True
+                break
+        if state.stopped_by:
+            logger.message(f"received {signal.Signals(state.stopped_by).name}: saving and stopping at step {state.step}")
+            break
+        if save_due and saved_at != state.step:
+            saved_at = _save_or_warn(run, engine, model, loader, layout, state, model_config, logger, saved_at)
+    if run.save and saved_at != state.step:
+        save(run, engine, model, loader, layout, state, model_config, logger)  # the final one: failing it is an error
+    if evaluation is not None and evaluation.summary(state):
+        logger.message(evaluation.summary(state))
+    return state
+
+
+def _save_or_warn(run, engine, model, loader, layout, state, model_config, logger, saved_at: int, best=None) -> int:
+    """A periodic checkpoint; if it cannot be written (full disk...), say so and train on: the
+    previous checkpoint is intact and the next interval tries again."""
+    try:
+        save(run, engine, model, loader, layout, state, model_config, logger, best)
+        return state.step
+    except checkpoints.CheckpointError as error:
+        logger.message(f"error: {error} Training continues; the next checkpoint is due at step {state.step + run.save_interval}.")
+        return saved_at
+
+
+def _metrics(state, total, lr, engine, elapsed, model_config, run) -> dict:
+    from bert_ds.training.metrics import bert_flops_per_sequence
+
+    micro = max(total.micro_batches, 1.0)
+    samples = max(total.samples, 1.0)
+    flops = bert_flops_per_sequence(
+        model_config.num_layers, model_config.hidden_size, model_config.vocab_size, run.seq_length,
+        total.predicted_tokens / samples, with_nsp=total.has_nsp > 0,
+    )
+    grad_norm = engine.get_global_grad_norm()
+    return dict(
+        step=state.step,
+        consumed_samples=state.consumed_samples,
+        consumed_tokens=state.consumed_tokens,
+        loss=total.loss / micro,
+        mlm_loss=total.mlm_loss / micro,
+        nsp_loss=total.nsp_loss / total.has_nsp if total.has_nsp else None,
+        mlm_accuracy=total.mlm_accuracy / micro,
+        nsp_accuracy=total.nsp_accuracy / total.has_nsp if total.has_nsp else None,
+        lr=lr,
+        grad_norm=float(grad_norm) if grad_norm is not None else None,
+        skipped_steps=int(engine.skipped_steps),
+        tokens_per_s=total.tokens / elapsed,
+        samples_per_s=total.samples / elapsed,
+        model_flops_per_s=flops * total.samples / elapsed,
+    )
