@@ -1,9 +1,10 @@
 """`make demo`: pre-train a small BERT on the built-in sample corpus on CPU, then show what it learned.
 
 It trains on the sample's books and one half of its Wikipedia articles through the real engine
-(DeepSpeed ZeRO-1, the streaming loader, checkpointing), then masks words in the other half
-(held-out articles the model never saw) and prints its top guesses beside the true words, and
-the masked-token accuracy on held-out text.
+(DeepSpeed ZeRO-1, the streaming loader, checkpointing), evaluating on the other half (held-out
+articles the model never saw) as it goes; then it masks words in those articles and prints its
+top guesses beside the true words, the masked-token accuracy on held-out text, and draws the
+training and held-out curves into OUTPUT/curves.png.
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ import sys
 
 import torch
 
-from bert_ds.data.sources import SAMPLE_DIR
-
-TRAIN_DATA = [f"books={SAMPLE_DIR}/books/*.txt@800", f"wiki={SAMPLE_DIR}/wiki/wikitext2-valid.jsonl@2500"]
-HELD_OUT = f"wiki={SAMPLE_DIR}/wiki/wikitext2-test.jsonl"
+from bert_ds.data.sources import SAMPLE_HELD_OUT_SPEC as HELD_OUT
+from bert_ds.data.sources import SAMPLE_TRAIN_SPECS as TRAIN_DATA
 
 
 def _train(args):
@@ -32,10 +31,15 @@ def _train(args):
         "--preset", args.preset, "--data", *TRAIN_DATA, "--tokenizer", tokenizer_path,
         "--train-steps", str(args.steps), "--global-batch-size", "32", "--micro-batch-size", "32",
         "--lr", "3e-4", "--warmup-steps", str(max(1, args.steps // 10)), "--log-interval", str(args.log_interval),
-        "--save", args.output, "--metrics-file", f"{args.output}/metrics.jsonl", "--seed", str(args.seed),
-        "--precision", args.precision,
+        "--save", args.output, "--metrics-file", _metrics_file(args), "--seed", str(args.seed),
+        "--precision", args.precision, "--eval-data", HELD_OUT, "--eval-interval", str(max(1, args.steps // 6)),
+        "--eval-samples", "256",
     ])
     return run_pretraining(run)
+
+
+def _metrics_file(args) -> str:
+    return f"{args.output}/metrics.jsonl"
 
 
 @torch.no_grad()
@@ -111,6 +115,9 @@ def main(argv=None) -> int:
     precision = choose_precision(args.precision, "cpu")
     print(f"bert_ds demo: pre-training the {args.preset} preset for {args.steps} steps on the built-in sample "
           f"(books + half the Wikipedia articles), on CPU in {precision.describe()}.\n")
+    from pathlib import Path
+
+    Path(_metrics_file(args)).unlink(missing_ok=True)  # each demo is a fresh run: its own curves only
     result = _train(args)
     print(f"\nHeld-out Wikipedia articles, words masked at random; the model's guesses ({args.preset}, "
           f"{result.state.step} steps, {result.state.consumed_tokens:,} tokens seen):")
@@ -118,8 +125,11 @@ def main(argv=None) -> int:
     accuracy, unigram = held_out_accuracy(result)
     print(f"\nMasked-token accuracy on held-out text: {accuracy:.1%} (always guessing the most frequent "
           f"token: {unigram:.1%}; chance: {1 / result.tokenizer.vocab_size:.2%}).")
+    from bert_ds.plot import main as plot
+
+    plot([_metrics_file(args), "--labels", f"demo ({args.preset})", "-o", f"{args.output}/curves.png"])
     print("Small BERTs leave the guess-the-frequent-token phase after a few thousand steps: try "
-          f"`python -m bert_ds.demo --steps 3000`. Checkpoint and metrics: {args.output}/")
+          f"`python -m bert_ds.demo --steps 3000`. Checkpoint, metrics and curves: {args.output}/")
     from bert_ds.distributed import teardown_parallel
 
     teardown_parallel()

@@ -21,3 +21,6 @@ def test_demo_pretrains_and_reports_held_out_predictions(tmp_path, precision):
     assert len(re.findall(r"\[MASK\] = .* model's top 3: ", out)) >= 5
     accuracy = float(re.search(r"Masked-token accuracy on held-out text: ([\d.]+)%", out).group(1))
     assert 0.0 <= accuracy <= 100.0
+    # It evaluated on the held-out articles as it trained (every 12 // 6 steps) and drew the curves.
+    assert len(re.findall(r"^eval at step \d+ \| mlm_loss", out, re.MULTILINE)) == 6
+    assert (tmp_path / "demo" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
