@@ -16,8 +16,13 @@
 #   PRECISION      auto (default: bf16 on GPUs with bf16, fp16 on older ones), bf16, fp16 or fp32
 #   GLOBAL_BATCH   sequences per step (256); MICRO_BATCH per GPU (auto: the largest that fits the
 #                  per-GPU batch up to 64 sequences at 128 tokens, 16 at 512)
-#   DATA           sources [NAME=]LOCATION[@WEIGHT], space separated (default: BOOKS_DIR/*.txt, one book
-#                  per file, and the hub's English Wikipedia, in the paper's 800M : 2,500M words)
+#   DATA           sources [NAME=]LOCATION[@WEIGHT][#LAYOUT], space separated (default: BOOKS_DIR/*.txt,
+#                  one book per file, and the hub's English Wikipedia, in the paper's 800M : 2,500M words;
+#                  the hub's BookCorpus, hf:bookcorpus/bookcorpus, reads as runs of 256 sentences)
+#   EVAL_INTERVAL  evaluate on held-out text every N steps (default: no evaluation); EVAL_DATA the
+#                  held-out sources (DATA's syntax; required unless DATA=sample), EVAL_SAMPLES (1000)
+#   TARGET_MLM_ACCURACY  stop with a checkpoint at this held-out masked-LM accuracy (MLPerf: 0.72)
+#   KEEP_BEST=1    keep the best evaluated checkpoint apart from KEEP_LAST (OUTPUT_DIR/best.json)
 #   BOOKS_DIR      default $REPO/data/bookcorpus
 #   TOKENIZER      default: bert-base-uncased (built in; Google's vocabulary); --lowercase as extra argument
 #   OUTPUT_DIR     checkpoints, metrics.jsonl, tensorboard/, logs/ (default $REPO/runs/bert-large)
@@ -74,6 +79,13 @@ options=(
 if [ -n "$DS_CONFIG" ]; then options+=(--deepspeed-config "$DS_CONFIG"); fi
 if [ -n "$TOKENIZER" ]; then options+=(--tokenizer "$TOKENIZER"); fi
 if [ -n "$STOP_AT_STEP" ]; then options+=(--stop-at-step "$STOP_AT_STEP"); fi
+if [ -n "${EVAL_INTERVAL:-}" ]; then
+  options+=(--eval-interval "$EVAL_INTERVAL")
+  if [ -n "${EVAL_DATA:-}" ]; then read -r -a eval_sources <<< "$EVAL_DATA"; options+=(--eval-data "${eval_sources[@]}"); fi
+  if [ -n "${EVAL_SAMPLES:-}" ]; then options+=(--eval-samples "$EVAL_SAMPLES"); fi
+  if [ -n "${TARGET_MLM_ACCURACY:-}" ]; then options+=(--target-mlm-accuracy "$TARGET_MLM_ACCURACY"); fi
+  if [ "${KEEP_BEST:-0}" = 1 ]; then options+=(--keep-best); fi
+fi
 resume=(--auto-resume)
 if [ "$PHASE" = 2 ]; then resume+=(--phase-start-step "$PHASE1_STEPS"); fi
 if [ "${PLAN_AHEAD:-0}" = 1 ]; then

@@ -105,15 +105,19 @@ def cache(shared_cache):
 
 def test_sbatch_runs_saves_and_resubmission_resumes(slurm, cache, tmp_path):
     out = tmp_path / "run"
-    job = _submit(slurm, out, cache, TRAIN_STEPS="4", SAVE_INTERVAL="2")
+    evaluation = dict(EVAL_INTERVAL="2", EVAL_SAMPLES="16", KEEP_BEST="1")  # on the sample's held-out articles
+    job = _submit(slurm, out, cache, TRAIN_STEPS="4", SAVE_INTERVAL="2", **evaluation)
     assert _wait_done(slurm, job) == "COMPLETED", (tmp_path / f"run-{job}.out").read_text()
     assert (out / "latest").read_text() == "step00000004"
     assert sorted(p.name for p in (out / "logs").iterdir()) == [f"{job}-0.log", f"{job}-1.log"]
 
-    again = _submit(slurm, out, cache, TRAIN_STEPS="6", SAVE_INTERVAL="2")
+    again = _submit(slurm, out, cache, TRAIN_STEPS="6", SAVE_INTERVAL="2", **evaluation)
     assert _wait_done(slurm, again) == "COMPLETED"
     assert "resumed from" in (out / "logs" / f"{again}-0.log").read_text()
-    assert [m["step"] for m in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+    lines = read_metrics(out / "metrics.jsonl")
+    assert [m["step"] for m in lines if "loss" in m] == [1, 2, 3, 4, 5, 6]
+    assert [m["step"] for m in lines if "eval/mlm_loss" in m] == [2, 4, 6]  # the resumed job continues the series
+    assert json.loads((out / "best.json").read_text())["tag"] in {p.name for p in out.glob("step*")}
 
 
 def test_cancelled_job_leaves_a_checkpoint_the_next_job_resumes(slurm, cache, tmp_path):
