@@ -166,6 +166,11 @@ def test_the_recipe_is_what_the_scripts_resolve(checkout, tmp_path):
     assert phase1["unk_check"] and all(s["unk_share"] < 0.01 for s in phase1["unk_check"])
     assert (phase1["precision"], phase1["precision_reason"]) == ("bf16", "planned for a GPU with bf16 (Ampere or later)")
     assert plan("slurm/pretrain_large.sh", PRECISION="fp16")["precision"] == "fp16"  # PRECISION reaches the run
+    assert phase1["evaluation"] is None  # no held-out data by default
+    held_out = f"wiki={checkout}/bert_ds/data/sample/wiki/wikitext2-test.jsonl"
+    evaluated = plan("slurm/pretrain_large.sh", EVAL_INTERVAL="2000", EVAL_DATA=held_out, EVAL_SAMPLES="10000",
+                     TARGET_MLM_ACCURACY="0.72", KEEP_BEST="1")["evaluation"]
+    assert evaluated == dict(data=[held_out], interval=2000, samples=10000, target_mlm_accuracy=0.72, keep_best=True)
 
     grid = plan("slurm/finetune_glue.sh")
     by_task = {t["name"]: t for t in grid["tasks"]}

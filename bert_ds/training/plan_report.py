@@ -132,7 +132,9 @@ def pretrain_plan_json(plan) -> dict:
         padded_vocab_size=config.vocab_size, data=[dataclasses.asdict(s) for s in plan.sources],
         unk_check=[dict(dataclasses.asdict(s), unk_share=s.unk_share) for s in plan.samples],
         resume=plan.resume_text, save=run.save, memory=memory_json(plan.memory), checkpoint_bytes=plan.checkpoint_bytes,
-        notes=plan.notes,
+        evaluation=dict(data=run.eval_data, interval=run.eval_interval, samples=run.eval_samples,
+                        target_mlm_accuracy=run.target_mlm_accuracy, keep_best=run.keep_best) if run.eval_data else None,
+        sentence_splitter=run.sentence_splitter, notes=plan.notes,
     )
 
 
