@@ -18,7 +18,7 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $@
 
 test: install
-	OMP_NUM_THREADS=2 $(PY) -m pytest tests
+	OMP_NUM_THREADS=2 $(PY) -m pytest tests --durations=30
 
 demo: install
 	$(PY) -m bert_ds.demo

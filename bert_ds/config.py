@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from bert_ds.data.splitters import DEFAULT_SPLITTER
+
 
 class ConfigError(ValueError):
     """A user-facing configuration problem; the message is one sentence naming the fields."""
@@ -203,7 +205,7 @@ class DataConfig:
     """DataLoader worker processes per rank (0: build batches in the training process)."""
     txt_documents: Literal["file", "blank_line"] = "file"
     """.txt sources: one document per file, or one per blank-line separated block."""
-    sentence_splitter: str = "regex"
+    sentence_splitter: str = DEFAULT_SPLITTER
     """The sentence splitter (data/splitters.py) that cuts paragraphs into NSP's sentences."""
     seed: int = 1234
     """Seeds file order, pairing, shuffling and masking."""

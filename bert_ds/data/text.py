@@ -11,6 +11,8 @@ import functools
 import re
 from dataclasses import asdict, dataclass
 
+from bert_ds.data.splitters import DEFAULT_SPLITTER
+
 # Longest sentence kept in one piece: a 10 MB line without punctuation is cut into pieces of this
 # size (at a space where possible) so tokenizing and pairing stay bounded.
 MAX_SENTENCE_CHARS = 2_000
@@ -104,7 +106,7 @@ def sentence_splitter(name: str):
     return get_splitter(name)
 
 
-def split_sentences(text: str, stats: TextStats, splitter: str = "regex", paragraphs: str = "blank_line") -> list[str]:
+def split_sentences(text: str, stats: TextStats, splitter: str = DEFAULT_SPLITTER, paragraphs: str = "blank_line") -> list[str]:
     """Clean text -> sentences, in order. Paragraphs never share a sentence; `paragraphs` says
     where they end (PARAGRAPH_MODES) and `splitter` names the sentence splitter."""
     if paragraphs == "blank_line":

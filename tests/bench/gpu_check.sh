@@ -76,6 +76,7 @@ import torch
 import deepspeed
 import megatron.core
 import datasets
+import punkt  # noqa: F401  (the default sentence splitter)
 import bert_ds.pretrain  # noqa: F401
 
 from packaging.requirements import Requirement

