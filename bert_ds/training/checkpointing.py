@@ -131,6 +131,7 @@ def resume(run, engine, model, loader, layout, model_config) -> Resumed:
     if load_dir is None:
         return Resumed(None, "")
     if is_portable(load_dir):
+        _refuse_zero3(engine, load_dir)
         return _resume_portable(run, engine, model, loader, layout, model_config, open_portable(load_dir))
     if run.auto_resume and checkpoints.latest_complete_tag(load_dir) is None:
         return Resumed(None, f"no checkpoint in {load_dir} yet: starting from step 0")
@@ -143,6 +144,7 @@ def resume(run, engine, model, loader, layout, model_config) -> Resumed:
         print(fallback_note, flush=True)
     saved = checkpoints.saved_layout(load_dir, tag)
     if saved is not None and saved != layout_sizes(layout, run):
+        _refuse_zero3(engine, str(Path(load_dir) / tag))
         portable = _converted(Path(load_dir) / tag, layout, saved, layout_sizes(layout, run))
         return _resume_portable(run, engine, model, loader, layout, model_config, portable)
     client, rank_state = checkpoints.load(engine, load_dir, tag, layout.world_size)
@@ -151,6 +153,15 @@ def resume(run, engine, model, loader, layout, model_config) -> Resumed:
     load_rng_state_dict(layout, rank_state["rng"])
     note = _seq_note(saved_seq, run.seq_length)
     return Resumed(client["state"], f"resumed from {Path(load_dir) / tag} at step {client['state']['step']}{note}")
+
+
+def _refuse_zero3(engine, path: str) -> None:
+    """Weights of another layout go in as full tensors per rank; ZeRO-3 holds a partition of each
+    parameter, so that load would fail deep inside with a shape of 0: refuse it in one sentence."""
+    if engine.zero_optimization_stage() == 3:
+        raise checkpoints.CheckpointError(
+            f"{path}: loading weights saved at another layout (or a portable folder) into ZeRO-3 is not "
+            "supported yet; resume with the layout and ZeRO stage the checkpoint was saved with.")
 
 
 def _intact(load_dir: str, tag: str, fallback: bool) -> tuple[str, str]:
