@@ -13,10 +13,11 @@ docs/bench/sentence_splitters.json holds the figures behind DEFAULT_SPLITTER.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 
-# "regex": the punctuation regex in data/text.py: fastest, but splits "Mr. Smith", "e.g. this" and
+# "regex": the punctuation regex below: fastest, but splits "Mr. Smith", "e.g. this" and
 #          "J. R. R. Tolkien", and never splits before a lower-case start.
 # "punkt": the Punkt English model (Kiss & Strunk 2006; the model NLTK ships) with the package's
 #          curated non-breaking prefixes (e.g., i.e., No., Fig.), from the pip package
@@ -43,9 +44,18 @@ def cut_at(paragraph: str, starts: Iterable[int]) -> list[str]:
     return sentences
 
 
-def _regex() -> Splitter:
-    from bert_ds.data.text import regex_split
+# A sentence ends at . ! or ? (optionally followed by closing quotes/brackets) when whitespace and
+# an upper-case letter, digit or opening quote follow. Abbreviations like "Mr. Smith" get split;
+# for NSP pairs that costs little, and a regex keeps this stage fast.
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(\[]?[A-Z0-9])")
 
+
+def regex_split(paragraph: str) -> list[str]:
+    """Sentences of one whitespace-normalised paragraph by the punctuation regex above."""
+    return _SENTENCE_END.split(paragraph)
+
+
+def _regex() -> Splitter:
     return regex_split
 
 
@@ -71,6 +81,7 @@ def _punkt() -> Splitter:
 _FACTORIES = {"regex": _regex, "punkt": _punkt}
 
 
+@functools.lru_cache(maxsize=None)  # one Punkt model per process, not one per document
 def get_splitter(name: str) -> Splitter:
     """The function paragraph -> sentences called `name` (one of SPLITTERS)."""
     factory = _FACTORIES.get(name) if name in SPLITTERS else None

@@ -7,11 +7,10 @@ repair is counted in `TextStats`, which the loader reports and checkpoints.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import asdict, dataclass
 
-from bert_ds.data.splitters import DEFAULT_SPLITTER
+from bert_ds.data.splitters import DEFAULT_SPLITTER, get_splitter
 
 # Longest sentence kept in one piece: a 10 MB line without punctuation is cut into pieces of this
 # size (at a space where possible) so tokenizing and pairing stay bounded.
@@ -19,10 +18,6 @@ MAX_SENTENCE_CHARS = 2_000
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n+")
 _WHITESPACE = re.compile(r"\s+")
-# A sentence ends at . ! or ? (optionally followed by closing quotes/brackets) when whitespace and
-# an upper-case letter, digit or opening quote follow. Abbreviations like "Mr. Smith" get split;
-# for NSP pairs that costs little, and a regex keeps this stage fast.
-_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(\[]?[A-Z0-9])")
 
 
 @dataclass
@@ -93,19 +88,6 @@ PARAGRAPH_MODES = ("blank_line", "line", "sentence_per_line")
 _LINE_BREAK = re.compile(r"\n+")
 
 
-def regex_split(paragraph: str) -> list[str]:
-    """Sentences of one whitespace-normalised paragraph by the punctuation regex above."""
-    return _SENTENCE_END.split(paragraph)
-
-
-@functools.lru_cache(maxsize=None)
-def sentence_splitter(name: str):
-    """The function paragraph -> sentences called `name` (see data/splitters.py for the choices)."""
-    from bert_ds.data.splitters import get_splitter
-
-    return get_splitter(name)
-
-
 def split_sentences(text: str, stats: TextStats, splitter: str = DEFAULT_SPLITTER, paragraphs: str = "blank_line") -> list[str]:
     """Clean text -> sentences, in order. Paragraphs never share a sentence; `paragraphs` says
     where they end (PARAGRAPH_MODES) and `splitter` names the sentence splitter."""
@@ -115,7 +97,7 @@ def split_sentences(text: str, stats: TextStats, splitter: str = DEFAULT_SPLITTE
         blocks = _LINE_BREAK.split(text)
     else:
         raise ValueError(f"paragraphs must be one of {PARAGRAPH_MODES}, got {paragraphs!r}")
-    split = None if paragraphs == "sentence_per_line" else sentence_splitter(splitter)
+    split = None if paragraphs == "sentence_per_line" else get_splitter(splitter)
     sentences = []
     for paragraph in blocks:
         paragraph = _WHITESPACE.sub(" ", paragraph).strip()
