@@ -212,3 +212,35 @@ def test_tensor_values_become_plain_numbers(tmp_path):
 def test_default_stream_is_stdout(capsys):
     MetricsLogger(total_steps=4).log(_values(2, 5.0))
     assert capsys.readouterr().out.startswith("step 2/4 (50.0%) | loss 5.000 |")
+
+
+def _eval_values(step, mlm_loss, nsp=True):
+    return {"step": step, "consumed_samples": step * 16, "consumed_tokens": step * 2000,
+            "eval/mlm_loss": mlm_loss, "eval/mlm_accuracy": 0.25, "eval/nsp_loss": 0.69 if nsp else None,
+            "eval/nsp_accuracy": 0.5 if nsp else None, "eval/samples": 37, "eval/seconds": 0.4,
+            "eval/interval_share": 0.02}
+
+
+def test_evaluation_lines_in_the_file_the_console_and_tensorboard(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from bert_ds.training.metrics import EVAL_KEYS
+
+    console, path, tb_dir = io.StringIO(), tmp_path / "m.jsonl", tmp_path / "tb"
+    logger = MetricsLogger(total_steps=100, metrics_file=str(path), tensorboard_dir=str(tb_dir), stream=console)
+    logger.log(_values(10, 7.5))
+    logger.log_eval(_eval_values(10, 7.25))
+    logger.log_eval(_eval_values(20, 7.0, nsp=False))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "loss" in lines[0] and "eval/mlm_loss" not in lines[0]
+    assert list(lines[1])[:9] == ["step", "consumed_samples", "consumed_tokens", *EVAL_KEYS]
+    assert lines[1]["eval/mlm_loss"] == 7.25 and lines[2]["eval/nsp_loss"] is None
+    assert "eval at step 10 | mlm_loss 7.250 | mlm_acc 0.2500 | nsp_loss 0.690" in console.getvalue()
+    assert "eval at step 20 | mlm_loss 7.000 | mlm_acc 0.2500 | nsp_loss -" in console.getvalue()
+    events = EventAccumulator(str(tb_dir))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("eval/mlm_loss")] == [(10, 7.25), (20, 7.0)]
+    assert "train/eval/mlm_loss" not in events.Tags()["scalars"]
+    with pytest.raises(ValueError, match="missing metric keys: eval/mlm_accuracy"):
+        logger.log_eval({k: v for k, v in _eval_values(30, 7.0).items() if k != "eval/mlm_accuracy"})
+    logger.close()
