@@ -82,9 +82,13 @@ def test_resume_is_exact(tmp_path, cache, extra):
 
 @pytest.mark.parametrize("objective", ["mlm", "ltr"])
 def test_other_objectives_train(tmp_path, cache, objective):
-    metrics, _ = _train(tmp_path, cache, ["--objective", objective, "--lr", "2e-3"], steps=25)
+    metrics, _ = _train(tmp_path, cache, ["--objective", objective, "--lr", "2e-3", "--eval-interval", "25",
+                                          "--eval-samples", "16"], steps=25)
     assert _falls([m["loss"] for m in metrics])
     assert all(m["nsp_loss"] is None and m["nsp_accuracy"] is None for m in metrics)
+    held_out = _evals(tmp_path)[25]  # without NSP: no nsp metrics; for ltr the next-token ones
+    assert held_out["eval/nsp_loss"] is None and held_out["eval/nsp_accuracy"] is None
+    assert 0 < held_out["eval/mlm_loss"] < metrics[0]["mlm_loss"] and 0 < held_out["eval/mlm_accuracy"] < 1
 
 
 def test_auto_resume_starts_fresh_then_continues(tmp_path, cache):
