@@ -7,11 +7,11 @@ import pytest
 
 # auto is fp32 in the suite (tests/conftest.py); bf16 is what auto picks on CPUs with AMX or AVX512-BF16.
 @pytest.mark.parametrize("precision", ["auto", "bf16"])
-def test_demo_pretrains_and_reports_held_out_predictions(tmp_path, precision):
+def test_demo_pretrains_and_reports_held_out_predictions(tmp_path, shared_cache, precision):
     run = subprocess.run(
         [sys.executable, "-m", "bert_ds.demo", "--preset", "tiny", "--steps", "12", "--log-interval", "4",
          "--output", str(tmp_path / "demo"), "--precision", precision],
-        capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "BERT_DS_CACHE": str(tmp_path / "cache")},
+        capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "BERT_DS_CACHE": shared_cache},
     )
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
