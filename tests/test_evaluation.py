@@ -8,11 +8,13 @@ are checked in tests/test_pretrain.py, whose runs evaluate too.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
 from tests.helpers import read_metrics, run_pretrain
 
+FIXTURES_WIKI = Path(__file__).parent / "fixtures" / "corpus" / "wikipedia_hub.jsonl"
 COMMON = ["--preset", "tiny", "--dropout", "0", "--global-batch-size", "8", "--micro-batch-size", "4",
           "--lr", "5e-3", "--warmup-steps", "1", "--log-interval", "2"]
 
@@ -148,3 +150,16 @@ def test_evaluation_set_is_fixed_and_independent_of_the_training_seed(sample_tok
     assert len(one) == 30
     assert [(e.tokens_a, e.tokens_b, e.is_random_next) for e in one] == [(e.tokens_a, e.tokens_b, e.is_random_next) for e in two]
     assert 0 < sum(e.is_random_next for e in one) < 30
+
+
+def test_dry_run_checks_the_evaluation_files_and_shows_layouts(tmp_path, cache):
+    missing = run_pretrain(["--dry-run", "cpu", "--eval-interval", "5", "--eval-data", str(tmp_path / "held.jsonl")],
+                           cache_dir=cache)
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines() == [
+        f"error: Data source 'held': file not found: {tmp_path / 'held.jsonl'}"]
+    plan = run_pretrain(["--dry-run", "cpu", "--eval-interval", "5", "--tokenizer", "bert-base-uncased",
+                         "--data", "hf:bookcorpus/bookcorpus@800", "wiki=hf:wikimedia/wikipedia:20231101.en@2500",
+                         "--eval-data", str(FIXTURES_WIKI)], cache_dir=cache)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert "layout sentences:256)" in plan.stdout and "layout article)" in plan.stdout
+    assert "evaluation | every 5 steps, up to 1,000 fixed examples of" in plan.stdout

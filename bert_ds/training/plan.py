@@ -142,6 +142,10 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     stage = zero_stage(ds_config)
     precision = choice.name
     sources = _sources(run)
+    if run.eval_data:  # a missing or unreadable held-out file fails the plan, not the run
+        from bert_ds.data.sources import check_sources, parse_sources
+
+        check_sources([s for s in parse_sources(run.eval_data) if not s.is_hub])
     resume_text, start_step = _resume(run)
     with_nsp = run.objective == "mlm_nsp"
     memory = memory_per_device(
@@ -186,7 +190,7 @@ def _tokenizer(run: RunConfig, tokenizer) -> tuple[object, str, int]:
 
 
 def _sources(run: RunConfig) -> list[SourcePlan]:
-    from bert_ds.data.sources import local_files, parse_sources
+    from bert_ds.data.sources import local_files, parse_sources, record_layout
 
     sources = parse_sources(run.data)
     total = sum(s.weight for s in sources)
@@ -198,6 +202,7 @@ def _sources(run: RunConfig) -> list[SourcePlan]:
             files = local_files(source)  # a missing or unreadable file is an error here
             size = sum(os.path.getsize(f) for f in files)
             detail = f"{len(files):,} file(s), {size / 2**20:,.1f} MiB"
+        detail += f"; layout {record_layout(source)}"
         plans.append(SourcePlan(source.name, source.location, source.weight / total, detail))
     return plans
 
