@@ -128,8 +128,7 @@ def evaluate_once(run: RunConfig, engine, model, layout, state: TrainState, eval
     from bert_ds.training.evaluation import evaluate
 
     result = evaluate(engine, model, eval_set, layout)
-    logger.log_eval(dict(step=state.step, consumed_samples=state.consumed_samples,
-                         consumed_tokens=state.consumed_tokens, **result.record()))
+    logger.log_eval(result.record(state))
 
 
 def say(layout, text: str) -> None:

@@ -27,15 +27,8 @@ def bookcorpus_records(tmp_path_factory):
     return path, sentences
 
 
-def _documents(spec, tokenizer, limit=100):
-    reader = SourceReader(parse_sources([spec])[0], tokenizer, DataConfig(), 0, 1, TextStats())
-    documents = []
-    while len(documents) < limit:
-        document = reader.next_document()
-        if reader.epoch:
-            break
-        documents.append(document)
-    return documents
+def _documents(spec, tokenizer):
+    return list(SourceReader(parse_sources([spec])[0], tokenizer, DataConfig(), 0, 1, TextStats()).first_epoch_documents())
 
 
 def _examples(spec, tokenizer, count=300):

@@ -35,7 +35,6 @@ DEFAULT_GROUP = 256
 
 # layout -> how split_sentences cuts a document's text into paragraphs (data/text.py)
 _PARAGRAPHS = {"book": "blank_line", "article": "line", "sentences": "sentence_per_line", "lines": "sentence_per_line"}
-LAYOUTS = tuple(_PARAGRAPHS)
 
 
 class LayoutError(ValueError):

@@ -117,15 +117,16 @@ def _parse_layout_of(spec: str, layout: str):
         raise DataError(f"Data source {spec!r}: {error}.") from None
 
 
-def record_layout(source: DataSource):
-    """The source's RecordLayout: its spec's `#LAYOUT`, else the default for its kind."""
+def record_layout(source: DataSource, files: Optional[list[str]] = None):
+    """The source's RecordLayout: its spec's `#LAYOUT`, else the default for its kind (local
+    sources: by their files' format; `files` when the caller has listed them already)."""
     from bert_ds.data.layouts import default_layout
 
     if source.layout:
         return _parse_layout_of(source.location, source.layout)
     if source.is_hub:
         return default_layout(source.location, None)
-    return default_layout(source.location, _FORMATS[Path(local_files(source)[0]).suffix])
+    return default_layout(source.location, _FORMATS[Path((files or local_files(source))[0]).suffix])
 
 
 def _default_name(location: str, index: int) -> str:
@@ -262,7 +263,7 @@ def load_source(source: DataSource, seed: int, epoch: int, txt_documents: str = 
     files = [files[i] for i in order]
     builder = _FORMATS[Path(files[0]).suffix]
     options = {}
-    if builder == "text" and record_layout(source).blank_line_documents:
+    if builder == "text" and record_layout(source, files).blank_line_documents:
         txt_documents = "blank_line"
     if builder == "text":
         if txt_documents not in ("file", "blank_line"):

@@ -149,6 +149,17 @@ class SourceReader:
         sentences = split_sentences(text, self.stats, self.config.sentence_splitter, self.layout.paragraphs) if text else []
         return [ids for ids in self.tokenizer.encode_batch(sentences) if ids] if sentences else []
 
+    def first_epoch_documents(self) -> Iterator[Document]:
+        """This shard's documents up to the end of the current epoch, for reading a source once
+        (the start-up check, the evaluation set); the document that would start the next epoch
+        is read and dropped."""
+        epoch = self.epoch
+        while True:
+            document = self.next_document()
+            if self.epoch != epoch:
+                return
+            yield document
+
     def next_document(self) -> Document:
         """The next non-empty document of this shard as sentences of token ids; starts a new
         epoch at the end of the source."""

@@ -12,10 +12,12 @@ the built-in English sample stays far below the [UNK] threshold (see the README)
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from bert_ds.config import DataConfig
 from bert_ds.data.sources import DataSource
+from bert_ds.data.splitters import DEFAULT_SPLITTER
 from bert_ds.data.text import TextStats
 
 UNK_WARNING_SHARE = 0.01
@@ -80,21 +82,17 @@ class SourceSample:
 
 
 def sample_source(source: DataSource, tokenizer, seed: int, max_documents: int = SAMPLE_DOCUMENTS,
-                  max_characters: int = SAMPLE_CHARACTERS, sentence_splitter: str | None = None) -> SourceSample:
+                  max_characters: int = SAMPLE_CHARACTERS, sentence_splitter: str = DEFAULT_SPLITTER) -> SourceSample:
     """The first documents of `source` as the training stream reads them (its SourceReader, its
     layout; raises DataError as the training stream would), each cut at `max_characters`."""
     from bert_ds.data.stream import SourceReader
 
-    config = DataConfig(seed=seed) if sentence_splitter is None else DataConfig(seed=seed, sentence_splitter=sentence_splitter)
-    reader = SourceReader(source, tokenizer, config, 0, 1, TextStats())
+    reader = SourceReader(source, tokenizer, DataConfig(seed=seed, sentence_splitter=sentence_splitter), 0, 1, TextStats())
     reader.max_characters = max_characters
     documents, cut = [], 0
-    while len(documents) < max_documents:
-        document = reader.next_document()
-        if reader.epoch > 0:  # it wrapped around: the source has fewer documents
-            break
+    for document in itertools.islice(reader.first_epoch_documents(), max_documents):
         documents.append(document)
-        cut = reader.cut_documents
+        cut = reader.cut_documents  # not the dropped document that would start the next epoch
     ids = [i for document in documents for sentence in document for i in sentence]
     unk = sum(1 for i in ids if i == tokenizer.unk_id)
     return SourceSample(source.name, len(documents), sum(len(d) for d in documents), len(ids), unk,

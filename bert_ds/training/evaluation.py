@@ -18,6 +18,7 @@ mode); the training RNG streams are not drawn from, so evaluating does not chang
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -49,9 +50,11 @@ class EvalResult:
     samples: int
     seconds: float
 
-    def record(self) -> dict:
-        """The `eval/` keys of the metrics file and TensorBoard."""
-        return {"eval/mlm_loss": self.mlm_loss, "eval/mlm_accuracy": self.mlm_accuracy,
+    def record(self, state) -> dict:
+        """The metrics-file line of this evaluation at `state` (training/loop.py TrainState): its
+        progress keys and the `eval/` keys (TensorBoard's names too)."""
+        return {"step": state.step, "consumed_samples": state.consumed_samples,
+                "consumed_tokens": state.consumed_tokens, "eval/mlm_loss": self.mlm_loss, "eval/mlm_accuracy": self.mlm_accuracy,
                 "eval/nsp_loss": self.nsp_loss, "eval/nsp_accuracy": self.nsp_accuracy,
                 "eval/samples": self.samples, "eval/seconds": self.seconds}
 
@@ -89,20 +92,18 @@ def _source_examples(source, index: int, tokenizer, config, quota: int) -> list:
     from bert_ds.data.stream import SourceReader
     from bert_ds.data.text import TextStats
 
-    reader = SourceReader(source, tokenizer, config, 0, 1, TextStats())
-    examples, block, block_index, ended = [], [], 0, False
-    while len(examples) < quota and not ended:
-        try:
-            document = reader.next_document()
-        except DataError as error:
-            raise DataError(f"Evaluation data: {error}") from None
-        ended = reader.epoch > 0  # wrapped around: every document has been read
-        if not ended:
-            block.append(document)
-        if block and (ended or len(block) == config.block_documents):
+    documents = SourceReader(source, tokenizer, config, 0, 1, TextStats()).first_epoch_documents()
+    examples, block_index = [], 0
+    try:
+        while len(examples) < quota:
+            block = list(itertools.islice(documents, config.block_documents))
+            if not block:
+                break
             rng = np.random.default_rng([EVAL_SEED, index, block_index])
             examples += build_examples(block, config.objective, config.seq_length, config.short_seq_prob, rng)
-            block, block_index = [], block_index + 1
+            block_index += 1
+    except DataError as error:
+        raise DataError(f"Evaluation data: {error}") from None
     return examples[:quota]
 
 

@@ -29,7 +29,6 @@ class TrainState:
     best_eval_step: int = 0
     stopped_by: int = dataclasses.field(default=0, compare=False, repr=False)
     """The signal that ended the run early (not saved: a resumed run starts afresh)."""
-    reached_target: bool = dataclasses.field(default=False, compare=False, repr=False)
 
 
 # Exit codes of a run stopped by a signal after its checkpoint: Slurm's time-limit warning
@@ -115,7 +114,6 @@ def train(run, engine, model, loader, layout, model_config, state: TrainState, l
                 best = {"step": state.step, "eval/mlm_accuracy": state.best_eval_mlm_accuracy}
                 saved_at = _save_or_warn(run, engine, model, loader, layout, state, model_config, logger, saved_at, best)
             if outcome.reached_target:
-                state.reached_target = True
                 break
         if state.stopped_by:
             logger.message(f"received {signal.Signals(state.stopped_by).name}: saving and stopping at step {state.step}")
@@ -124,8 +122,9 @@ def train(run, engine, model, loader, layout, model_config, state: TrainState, l
             saved_at = _save_or_warn(run, engine, model, loader, layout, state, model_config, logger, saved_at)
     if run.save and saved_at != state.step:
         save(run, engine, model, loader, layout, state, model_config, logger)  # the final one: failing it is an error
-    if evaluation is not None and evaluation.summary(state):
-        logger.message(evaluation.summary(state))
+    closing = evaluation.summary(state) if evaluation is not None else ""
+    if closing:
+        logger.message(closing)
     return state
 
 

@@ -77,6 +77,11 @@ def format_flops(flops_per_s: float) -> str:
     return f"{flops_per_s / 1e6:.1f} MFLOP/s"
 
 
+def _fmt(value: Any, spec: str) -> str:
+    """A console value: `-` where there is none (no NSP head)."""
+    return "-" if value is None else format(value, spec)
+
+
 def _plain(value: Any) -> Any:
     """A 0-d tensor / numpy scalar as a Python number, so json and TensorBoard see plain values."""
     return value.item() if hasattr(value, "item") else value
@@ -134,14 +139,11 @@ class MetricsLogger:
         extra keys after them; ValueError naming missing keys."""
         if not self.enabled:
             return
-        ordered = self._write(values, PROGRESS_KEYS + EVAL_KEYS, "")
-        def fmt(key: str, spec: str) -> str:
-            return "-" if ordered[key] is None else format(ordered[key], spec)
-
-        print(f"eval at step {int(ordered['step'])} | mlm_loss {fmt('eval/mlm_loss', '.3f')} | "
-              f"mlm_acc {fmt('eval/mlm_accuracy', '.4f')} | nsp_loss {fmt('eval/nsp_loss', '.3f')} | "
-              f"nsp_acc {fmt('eval/nsp_accuracy', '.4f')} | {int(ordered['eval/samples']):,} examples in "
-              f"{ordered['eval/seconds']:.1f}s", file=self.stream, flush=True)
+        v = self._write(values, PROGRESS_KEYS + EVAL_KEYS, "")
+        print(f"eval at step {int(v['step'])} | mlm_loss {_fmt(v['eval/mlm_loss'], '.3f')} | "
+              f"mlm_acc {_fmt(v['eval/mlm_accuracy'], '.4f')} | nsp_loss {_fmt(v['eval/nsp_loss'], '.3f')} | "
+              f"nsp_acc {_fmt(v['eval/nsp_accuracy'], '.4f')} | {int(v['eval/samples']):,} examples in "
+              f"{v['eval/seconds']:.1f}s", file=self.stream, flush=True)
 
     def _write(self, values: Mapping[str, Any], keys: tuple, tensorboard_prefix: str) -> dict:
         missing = [key for key in keys if key not in values]
@@ -196,21 +198,18 @@ class MetricsLogger:
         self._writer.flush()
 
     def _console_line(self, v: Mapping[str, Any]) -> str:
-        def fmt(value: Any, spec: str) -> str:
-            return "-" if value is None else format(value, spec)
-
         step = int(v["step"])
         percent = 100.0 * step / self.total_steps if self.total_steps > 0 else 0.0
         parts = [
             f"step {step}/{self.total_steps} ({percent:.1f}%)",
-            f"loss {fmt(v['loss'], '.3f')}",
-            f"mlm_loss {fmt(v['mlm_loss'], '.3f')}",
-            f"nsp_loss {fmt(v['nsp_loss'], '.3f')}",
-            f"mlm_acc {fmt(v['mlm_accuracy'], '.3f')}",
-            f"nsp_acc {fmt(v['nsp_accuracy'], '.3f')}",
-            f"lr {fmt(v['lr'], '.1e')}",
-            f"grad_norm {fmt(v['grad_norm'], '.3g')}",
-            f"{fmt(v['tokens_per_s'], ',.0f')} tok/s",
+            f"loss {_fmt(v['loss'], '.3f')}",
+            f"mlm_loss {_fmt(v['mlm_loss'], '.3f')}",
+            f"nsp_loss {_fmt(v['nsp_loss'], '.3f')}",
+            f"mlm_acc {_fmt(v['mlm_accuracy'], '.3f')}",
+            f"nsp_acc {_fmt(v['nsp_accuracy'], '.3f')}",
+            f"lr {_fmt(v['lr'], '.1e')}",
+            f"grad_norm {_fmt(v['grad_norm'], '.3g')}",
+            f"{_fmt(v['tokens_per_s'], ',.0f')} tok/s",
             "- FLOP/s" if v["model_flops_per_s"] is None else format_flops(v["model_flops_per_s"]),
             f"ETA {self._eta(step)}",
         ]

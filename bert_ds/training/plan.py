@@ -145,7 +145,7 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     if run.eval_data:  # a missing or unreadable held-out file fails the plan, not the run
         from bert_ds.data.sources import check_sources, parse_sources
 
-        check_sources([s for s in parse_sources(run.eval_data) if not s.is_hub])
+        check_sources(parse_sources(run.eval_data))
     resume_text, start_step = _resume(run)
     with_nsp = run.objective == "mlm_nsp"
     memory = memory_per_device(
@@ -196,13 +196,14 @@ def _sources(run: RunConfig) -> list[SourcePlan]:
     total = sum(s.weight for s in sources)
     plans = []
     for source in sources:
+        files = None
         if source.is_hub:
             detail = "hub dataset, streamed: the run opens it at start, a dry run does not"
         else:
             files = local_files(source)  # a missing or unreadable file is an error here
             size = sum(os.path.getsize(f) for f in files)
             detail = f"{len(files):,} file(s), {size / 2**20:,.1f} MiB"
-        detail += f"; layout {record_layout(source)}"
+        detail += f"; layout {record_layout(source, files)}"
         plans.append(SourcePlan(source.name, source.location, source.weight / total, detail))
     return plans
 
@@ -212,8 +213,7 @@ def sample_sources(run: RunConfig, tokenizer, include_hub: bool = False) -> list
     from bert_ds.data.sources import parse_sources
     from bert_ds.data.vocab_check import sample_source
 
-    splitter = run.data_config().sentence_splitter
-    return [sample_source(s, tokenizer, run.seed, sentence_splitter=splitter)
+    return [sample_source(s, tokenizer, run.seed, sentence_splitter=run.sentence_splitter)
             for s in parse_sources(run.data) if include_hub or not s.is_hub]
 
 
