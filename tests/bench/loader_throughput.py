@@ -23,13 +23,31 @@ import time
 import numpy as np
 
 
-def _one_core() -> None:
+def pin_to_one_core() -> None:
+    """This process (and torch) on the first CPU of its affinity set, one thread (also for
+    tests/bench/sentence_splitters.py)."""
     os.environ["OMP_NUM_THREADS"] = "1"
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     import torch
 
     torch.set_num_threads(1)
+
+
+def loader_tokens_per_s(tokenizer, config, batches: int, max_seconds: float = float("inf")) -> tuple[float, int, bool]:
+    """Real tokens/s of PretrainingLoader on the sample corpus over `batches` batches from a cold
+    start (opening the files counts), the tokens counted, and whether it stopped early at `max_seconds`."""
+    from bert_ds.data.loader import PretrainingLoader
+    from bert_ds.data.sources import sample_sources
+
+    loader = iter(PretrainingLoader(sample_sources(), tokenizer, config))
+    tokens, start, capped = 0, time.perf_counter(), False
+    for batch in itertools.islice(loader, batches):
+        tokens += int(batch["attention_mask"].sum())
+        if time.perf_counter() - start > max_seconds:
+            capped = True
+            break
+    return tokens / (time.perf_counter() - start), tokens, capped
 
 
 def _timed(function):
@@ -44,10 +62,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--batches", type=int, default=1000, help="batches of 32 for the end-to-end run")
     parser.add_argument("--vocab-size", type=int, default=16000)
     args = parser.parse_args(argv)
-    _one_core()
+    pin_to_one_core()
 
     from bert_ds.config import DataConfig
-    from bert_ds.data.loader import PretrainingLoader
     from bert_ds.data.masking import SpecialIds, collate
     from bert_ds.data.pairs import build_examples
     from bert_ds.data.sources import document_stream, iter_document_texts, record_text, sample_sources
@@ -58,14 +75,9 @@ def main(argv=None) -> dict:
         tokenizer = train_sentencepiece(iter_document_texts(None), scratch, vocab_size=args.vocab_size)
     config = DataConfig(seq_length=128, micro_batch_size=32, objective="mlm_nsp")
 
-    # End to end from a cold start (opening the files counts), over several passes of the corpus
-    # so that block building is measured, not just handing out an already built block.
-    loader = iter(PretrainingLoader(sample_sources(), tokenizer, config))
-    tokens, start = 0, time.perf_counter()
-    for batch in itertools.islice(loader, args.batches):
-        tokens += int(batch["attention_mask"].sum())
-    loader_seconds = time.perf_counter() - start
-    loader_tps = tokens / loader_seconds
+    # End to end, over several passes of the corpus so that block building is measured, not just
+    # handing out an already built block.
+    loader_tps, tokens, _ = loader_tokens_per_s(tokenizer, config, args.batches)
 
     # Stages alone, over one pass of the sample corpus.
     stats = TextStats()

@@ -25,14 +25,16 @@ Usage: python tests/bench/sentence_splitters.py [--json PATH] [--batches N] [--r
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import os
 import platform
 import re
 import sys
 import tempfile
 import time
+
+# The sibling benchmark (run as a script, this folder is on sys.path): one-core pinning and the
+# end-to-end loader measurement are its.
+from loader_throughput import pin_to_one_core
 
 # (paragraph, expected sentences). Paragraphs are already whitespace-normalised, as the loader
 # hands them to the splitter.
@@ -233,15 +235,6 @@ def _register_candidates() -> None:
     splitters.SPLITTERS = tuple(splitters.SPLITTERS) + tuple(n for n in CANDIDATES if n not in splitters.SPLITTERS)
 
 
-def _one_core() -> None:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    import torch
-
-    torch.set_num_threads(1)
-
-
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -286,20 +279,13 @@ def corpus_paragraphs() -> list[str]:
 
 
 def loader_tokens_per_s(name: str, tokenizer, batches: int, max_seconds: float) -> tuple[float, bool]:
-    """(tokens/s, whether the run stopped early at max_seconds)."""
+    """(tokens/s, whether the run stopped early at max_seconds) with splitter `name`."""
     from bert_ds.config import DataConfig
-    from bert_ds.data.loader import PretrainingLoader
-    from bert_ds.data.sources import sample_sources
+    from loader_throughput import loader_tokens_per_s as measure
 
     config = DataConfig(seq_length=128, micro_batch_size=32, objective="mlm_nsp", sentence_splitter=name)
-    loader = iter(PretrainingLoader(sample_sources(), tokenizer, config))
-    tokens, start, capped = 0, time.perf_counter(), False
-    for batch in itertools.islice(loader, batches):
-        tokens += int(batch["attention_mask"].sum())
-        if time.perf_counter() - start > max_seconds:
-            capped = True
-            break
-    return tokens / (time.perf_counter() - start), capped
+    tokens_per_s, _, capped = measure(tokenizer, config, batches, max_seconds)
+    return tokens_per_s, capped
 
 
 def main(argv=None) -> dict:
@@ -312,7 +298,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--splitters", help="comma-separated names (default: all of SPLITTERS)")
     parser.add_argument("--show-failures", action="store_true", help="print each hard case a splitter gets wrong")
     args = parser.parse_args(argv)
-    _one_core()
+    pin_to_one_core()
 
     from bert_ds.data import splitters as registry
     from bert_ds.data.sources import iter_document_texts
