@@ -7,6 +7,7 @@ import random
 import pytest
 
 from tests.glue_fixtures import write_all_tasks, write_sst2
+from tests.golden import assert_golden
 from tests.helpers import run_entrypoint
 
 SCRIPT = "bert_ds/finetune/glue.py"
@@ -41,6 +42,7 @@ def test_learns_a_sentiment_cue_and_writes_every_output(tmp_path, sst2, pretrain
     assert results["metrics"]["accuracy"] >= 0.9, results["metrics"]
     assert results["selected"] == {"batch_size": 16, "lr": 2e-3, "epochs": 5, "seed": 42}
     assert len(results["all_runs"][0]["history"]) == 5  # evaluated after every epoch
+    assert_golden("glue-sst2-dropout", _fingerprint(results))
     submission = (out / "SST-2.tsv").read_text().splitlines()
     assert submission[0] == "index\tprediction" and len(submission) == 21
     assert {line.split("\t")[1] for line in submission[1:]} <= {"0", "1"}
@@ -119,11 +121,22 @@ def test_tensor_and_data_parallel_match_one_process(tmp_path, sst2, pretrained_t
     common = ["--task", "sst2", "--data-dir", str(sst2), "--init", pretrained_tiny, "--dropout", "0",
               "--max-seq-length", "48", "--batch-size", "16", "--lr", "1e-3", "--epochs", "2", "--no-save-model"]
     one = _results(_output(tmp_path, "one", common))
+    assert_golden("glue-sst2-no-dropout", _fingerprint(one))
     for name, extra in (("tp2", ["--tensor-parallel", "2"]), ("dp2", ["--zero-stage", "2"])):
         split = _results(_output(tmp_path, name, common + extra, nproc=2))
+        assert_golden(f"glue-sst2-{name}-no-dropout", _fingerprint(split))
         for a, b in zip(one["all_runs"][0]["history"], split["all_runs"][0]["history"], strict=True):
             assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-4), name
             assert a["dev"] == b["dev"], name
+
+
+def _fingerprint(results) -> list[float]:
+    """Every epoch's mean training loss and dev metrics of the first run (golden values)."""
+    values = []
+    for epoch in results["all_runs"][0]["history"]:
+        values.append(epoch["train_loss"])
+        values += [metric for dev in epoch["dev"].values() for _, metric in sorted(dev.items()) if isinstance(metric, float)]
+    return values
 
 
 def _output(tmp_path, name, args, nproc=1):

@@ -4,6 +4,7 @@ import statistics
 
 import pytest
 
+from tests.golden import assert_golden
 from tests.helpers import TWO_RANK_LAYOUTS, assert_checkpoint_matches_estimate, read_metrics, run_pretrain
 
 
@@ -32,13 +33,16 @@ def _falls(losses, points=0.3):
     return statistics.mean(losses[-5:]) < statistics.mean(losses[:5]) - points
 
 
-@pytest.mark.parametrize("extra", TWO_RANK_LAYOUTS.values(), ids=TWO_RANK_LAYOUTS.keys())
-def test_two_rank_layouts_train(tmp_path, cache, extra):
-    """Every layout trains, and evaluates on the held-out articles (ZeRO 0-3, TP, PP)."""
-    metrics, _ = _train(tmp_path, cache, extra + ["--eval-interval", "15", "--eval-samples", "24"], nproc=2)
+@pytest.mark.parametrize("name", TWO_RANK_LAYOUTS)
+def test_two_rank_layouts_train(tmp_path, cache, name):
+    """Every layout trains, and evaluates on the held-out articles (ZeRO 0-3, TP, PP); with
+    dropout on, its per-step losses and evaluations are the golden ones (tests/golden.py)."""
+    metrics, _ = _train(tmp_path, cache, TWO_RANK_LAYOUTS[name] + ["--eval-interval", "15", "--eval-samples", "24"], nproc=2)
     assert [m["step"] for m in metrics] == list(range(1, 31))
     losses = [m["loss"] for m in metrics]
     assert _falls(losses), losses
+    evals = _evals(tmp_path)
+    assert_golden(f"pretrain-{name}-dropout", losses + [evals[s]["eval/mlm_loss"] for s in sorted(evals)])
     evals = _evals(tmp_path)
     assert sorted(evals) == [15, 30] and all(e["eval/samples"] == 24 for e in evals.values())
     assert evals[30]["eval/mlm_loss"] < evals[15]["eval/mlm_loss"], evals
@@ -49,16 +53,21 @@ def test_two_rank_layouts_train(tmp_path, cache, extra):
 
 
 def test_tp2_and_pp2_match_one_process(tmp_path, cache):
+    """Without dropout TP and PP compute one process's losses; those and DP=2 ZeRO-2's (which
+    reads other shards of the data, so other batches) are golden too (tests/golden.py)."""
     common = ["--dropout", "0", "--global-batch-size", "8", "--micro-batch-size", "4"]
     single, _ = _train(tmp_path, cache, common, steps=4, name="single")
-    for extra in (["--tensor-parallel", "2"], ["--pipeline-parallel", "2"]):
-        split, _ = _train(tmp_path, cache, common + extra, nproc=2, steps=4, name=extra[0][2:])
-        for one, two in zip(single, split):
+    assert_golden("pretrain-single-no-dropout", [m["loss"] for m in single])
+    for name, extra in {"tp2": ["--tensor-parallel", "2"], "pp2": ["--pipeline-parallel", "2"]}.items():
+        split, _ = _train(tmp_path, cache, common + extra, nproc=2, steps=4, name=name)
+        assert_golden(f"pretrain-{name}-no-dropout", [m["loss"] for m in split])
+        for one, two in zip(single, split, strict=True):
             assert one["loss"] == pytest.approx(two["loss"], abs=2e-5), (extra, one["step"])
             assert one["mlm_accuracy"] == pytest.approx(two["mlm_accuracy"], abs=1e-6)
+    data_parallel, _ = _train(tmp_path, cache, common + ["--zero-stage", "2"], nproc=2, steps=4, name="dp2-zero2")
+    assert_golden("pretrain-dp2-zero2-no-dropout", [m["loss"] for m in data_parallel])
 
 
-@pytest.mark.parametrize("extra", [["--zero-stage", "2"], ["--pipeline-parallel", "2"]], ids=["dp2-zero2", "pp2"])
 def test_resume_is_exact(tmp_path, cache, extra):
     """A resumed run continues the losses bitwise, and the held-out series (one file, appended)."""
     extra = extra + ["--eval-interval", "2", "--eval-samples", "16"]
