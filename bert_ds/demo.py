@@ -51,7 +51,7 @@ def held_out_accuracy(result, batches: int = 20) -> tuple[float, float]:
     from bert_ds.data.sources import parse_sources
     from bert_ds.model.loss import vocab_parallel_accuracy
 
-    model = result.model.eval()
+    model = result.trainer.model.eval()
     loader = PretrainingLoader(
         parse_sources([HELD_OUT]), result.tokenizer,
         DataConfig(seq_length=128, micro_batch_size=16, dynamic_masking=False, seed=7),
@@ -80,7 +80,7 @@ def show_predictions(result, sentences: int = 6, top_k: int = 3) -> None:
     from bert_ds.data.sources import iter_document_texts
     from bert_ds.data.text import TextStats, split_sentences
 
-    tokenizer, model = result.tokenizer, result.model.eval()
+    tokenizer, model = result.tokenizer, result.trainer.model.eval()
     texts = itertools.islice(iter_document_texts([HELD_OUT]), 3)
     candidates = [s for text in texts for s in split_sentences(text, TextStats()) if 60 < len(s) < 160]
     generator = torch.Generator().manual_seed(0)
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     Path(_metrics_file(args)).unlink(missing_ok=True)  # each demo is a fresh run: its own curves only
     result = _train(args)
     print(f"\nHeld-out Wikipedia articles, words masked at random; the model's guesses ({args.preset}, "
-          f"{result.state.step} steps, {result.state.consumed_tokens:,} tokens seen):")
+          f"{result.trainer.state.step} steps, {result.trainer.state.consumed_tokens:,} tokens seen):")
     show_predictions(result)
     accuracy, unigram = held_out_accuracy(result)
     print(f"\nMasked-token accuracy on held-out text: {accuracy:.1%} (always guessing the most frequent "

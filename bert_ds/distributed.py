@@ -213,7 +213,8 @@ def init_parallel(
     seed: int = 1234,
     timeout_s: float = 600.0,
 ) -> ParallelLayout:
-    """Join the process group, check the sizes, build megatron's groups and seed every stream.
+    """Join the process group, check the sizes, build megatron's groups, seed every stream and
+    hand the group to DeepSpeed's comm layer: everything distributed, set up in one call.
 
     Sizes are checked with `validate_layout` before megatron sees them, so a bad layout ends
     with one clear sentence instead of a megatron assertion.
@@ -233,6 +234,9 @@ def init_parallel(
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
     tracker = _seed_streams(seed, pp_rank, tp_rank)
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend=backend())  # DeepSpeed's comm layer adopts the process group
     return ParallelLayout(
         world_size=world,
         rank=rank,

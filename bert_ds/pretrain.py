@@ -1,7 +1,7 @@
 """Pre-train BERT: `deepspeed bert_ds/pretrain.py ...` (also torchrun, or plain python for one process).
 
 main() reads top to bottom: options -> tokenizer -> launch plan -> held-out data -> parallel layout
--> DeepSpeed engine -> data -> resume -> train (training/loop.py) -> save. Each phase is a function below; `python
+-> DeepSpeed engine -> data -> Trainer (training/trainer.py): resume -> train -> save. Each phase is a function below; `python
 bert_ds/pretrain.py --help` lists the options. `--dry-run` stops after the plan (training/plan.py):
 no process group, no model, no GPU touched.
 """
@@ -21,7 +21,7 @@ if __package__ in (None, ""):
     sys.path = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
-from bert_ds.checkpoint import zero as checkpoints  # noqa: E402
+from bert_ds.checkpoint import zero  # noqa: E402
 from bert_ds.config import ConfigError  # noqa: E402
 from bert_ds.data.sources import DataError  # noqa: E402
 from bert_ds.data.tokenizer import TokenizerError  # noqa: E402
@@ -29,9 +29,9 @@ from bert_ds.launcher import discover  # noqa: E402
 from bert_ds.training.args import RunConfig, parse_args  # noqa: E402
 
 from bert_ds.training.health import TrainingDiverged  # noqa: E402
-from bert_ds.training.loop import EXIT_CODE_FOR_SIGNAL, TrainState, train  # noqa: E402
+from bert_ds.training.trainer import EXIT_CODE_FOR_SIGNAL, Trainer  # noqa: E402
 
-USER_ERRORS = (ConfigError, DataError, TokenizerError, checkpoints.CheckpointError)
+USER_ERRORS = (ConfigError, DataError, TokenizerError, zero.CheckpointError)
 EXIT_DIVERGED = 3  # non-finite steps: stopped without saving, the last checkpoint is the good state
 
 
@@ -43,55 +43,34 @@ def setup_tokenizer(run: RunConfig):
 
 def setup_parallel(run: RunConfig, tokenizer):
     """Model config (vocab from the tokenizer, padded) and the process layout."""
-    import deepspeed
-
     from bert_ds.config import padded_vocab_size
-    from bert_ds.distributed import backend, init_parallel
+    from bert_ds.distributed import init_parallel
 
-    vocab = padded_vocab_size(tokenizer.vocab_size)
-    model_config = run.model_config(vocab)
+    model_config = run.model_config(padded_vocab_size(tokenizer.vocab_size))
     layout = init_parallel(model_config, run.tensor_parallel, run.pipeline_parallel, seed=run.seed)
-    deepspeed.init_distributed(dist_backend=backend())  # adopts the process group just made
     return model_config, layout
 
 
-def setup_engine(run: RunConfig, model_config, layout, ds_config: dict | None = None):
-    """The model (plain or pipelined), optimizer, LR schedule and DeepSpeed engine; `ds_config`
-    is the launch plan's (built here when a caller has no plan: tests, benchmarks)."""
-    import deepspeed
+def setup_engine(run: RunConfig, model_config, layout, deepspeed_setup=None):
+    """The model (plain or pipelined), its DeepSpeed engine and the DeepSpeedSetup they follow:
+    the launch plan's, or built here when a caller has no plan (tests, benchmarks)."""
+    from bert_ds.model import build_model
+    from bert_ds.training.engine import build_engine
 
-    from bert_ds.distributed import DeepSpeedMPU
-    from bert_ds.host_memory import tune_malloc_for_training
-    from bert_ds.training.ds_config import optimizer_offloaded, pretraining_deepspeed_config, skip_single_replica_allreduce, zero_stage
-    from bert_ds.training.optim import build_optimizer, build_scheduler, share_clip_norm
-
-    notes = []
-    if ds_config is None:
+    if deepspeed_setup is None:
+        from bert_ds.training.ds_config import pretraining_deepspeed_config
         from bert_ds.training.plan import pretraining_batch_plan
 
         batch = pretraining_batch_plan(run, model_config, layout.data_parallel)
-        ds_config, notes, _ = pretraining_deepspeed_config(run, batch, layout.device.type)
-    with_nsp = run.objective == "mlm_nsp"
+        deepspeed_setup = pretraining_deepspeed_config(run, batch, layout.device.type)
+    pipeline_loss = None
     if layout.pipeline_parallel > 1:
-        from bert_ds.model.pipeline import build_pipeline_model
+        from bert_ds.training.pipeline_loss import PretrainingLossFn
 
-        model, mpu = build_pipeline_model(model_config, layout, with_nsp=with_nsp), None
-    else:
-        from bert_ds.model import build_pretraining_model
-
-        model, mpu = build_pretraining_model(model_config, layout, with_nsp=with_nsp), DeepSpeedMPU(layout)
-        if zero_stage(ds_config) == 3:
-            # The MLM decoder reads the word-embedding matrix outside the embedding's own forward.
-            deepspeed.zero.register_external_parameter(model.lm_head, model.bert.embeddings.word_embeddings.weight)
-    optimizer = build_optimizer(run, model, layout.device.type, optimizer_offloaded(ds_config), zero_stage(ds_config))
-    engine, *_ = deepspeed.initialize(
-        model=model, optimizer=optimizer, lr_scheduler=build_scheduler(run), config=ds_config, mpu=mpu
-    )
-    skip_single_replica_allreduce(engine, layout.data_parallel)
-    share_clip_norm(engine)
-    # CPU steps stop page-faulting big buffers
-    tune_malloc_for_training(layout.device.type, zero_stage(ds_config), layout.data_parallel)
-    return engine, model, notes
+        pipeline_loss = PretrainingLossFn(layout.tp_group)
+    model = build_model(model_config, layout, with_nsp=run.objective == "mlm_nsp", pipeline_loss=pipeline_loss)
+    engine = build_engine(model, layout, deepspeed_setup, run.optimizer_settings())
+    return engine, model, deepspeed_setup
 
 
 def setup_data(run: RunConfig, tokenizer, layout):
@@ -123,40 +102,12 @@ def setup_evaluation(run: RunConfig, tokenizer, layout, examples):
     return None if examples is None else build_eval_set(run, tokenizer, layout, examples)
 
 
-def evaluate_once(run: RunConfig, engine, model, layout, state: TrainState, eval_set, logger) -> None:
-    """--eval-only: score the loaded weights once and log it at the checkpoint's step."""
-    from bert_ds.training.evaluation import evaluate
-
-    result = evaluate(engine, model, eval_set, layout)
-    logger.log_eval(result.record(state))
-
-
-def say(layout, text: str) -> None:
-    """A console line from rank 0 only."""
-    if layout.rank == 0:
-        print(text, flush=True)
-
-
-def resume(run: RunConfig, engine, model, loader, layout, model_config) -> TrainState:
-    """Restore everything from the latest complete checkpoint (any layout), or start fresh."""
-    from bert_ds.training import checkpointing
-
-    resumed = checkpointing.resume(run, engine, model, loader, layout, model_config)
-    if resumed.message:
-        say(layout, resumed.message)
-    return TrainState(**resumed.progress) if resumed.progress else TrainState()
-
-
 @dataclasses.dataclass
 class PretrainingRun:
     """What a finished run leaves for in-process callers (the demo, evaluation)."""
 
-    engine: object
-    model: object
+    trainer: Trainer
     tokenizer: object
-    layout: object
-    model_config: object
-    state: TrainState
 
 
 def plan_launch(run: RunConfig, tokenizer):
@@ -179,36 +130,24 @@ def plan_launch(run: RunConfig, tokenizer):
 
 def run_pretraining(run: RunConfig) -> PretrainingRun:
     """Every phase of a run, in order; the process group stays up for the caller."""
-    from bert_ds.training.metrics import MetricsLogger
-
     tokenizer = setup_tokenizer(run)
     plan = plan_launch(run, tokenizer)
     run = plan.run  # every `auto` resolved
     eval_examples = read_evaluation_data(run, tokenizer)
     model_config, layout = setup_parallel(run, tokenizer)
-    engine, model, _ = setup_engine(run, model_config, layout, plan.ds_config)
+    engine, model, _ = setup_engine(run, model_config, layout, plan.deepspeed)
     loader = setup_data(run, tokenizer, layout)
     eval_set = setup_evaluation(run, tokenizer, layout, eval_examples)
     if run.save and not run.eval_only:
-        checkpoints.prepare_save_dir(run.save, tokenizer)  # an unwritable --save fails here, not hours later
-    state = resume(run, engine, model, loader, layout, model_config)
-    logger = MetricsLogger(
-        total_steps=run.train_steps, metrics_file=run.metrics_file, tensorboard_dir=run.tensorboard_dir,
-        enabled=layout.rank == 0, start_step=state.step,
-    )
-    try:
+        zero.prepare_save_dir(run.save, tokenizer)  # an unwritable --save fails here, not hours later
+    trainer = Trainer(run, engine, model, loader, layout, model_config, plan.deepspeed.precision)
+    trainer.resume()
+    with trainer.logging():
         if run.eval_only:
-            evaluate_once(run, engine, model, layout, state, eval_set, logger)
+            trainer.evaluate(eval_set)
         else:
-            evaluation = None
-            if eval_set is not None:
-                from bert_ds.training.eval_loop import HeldOutEvaluation
-
-                evaluation = HeldOutEvaluation(run, eval_set, logger)
-            train(run, engine, model, loader, layout, model_config, state, logger, evaluation)
-    finally:
-        logger.close()
-    return PretrainingRun(engine, model, tokenizer, layout, model_config, state)
+            trainer.train(eval_set)
+    return PretrainingRun(trainer, tokenizer)
 
 
 def dry_run(run: RunConfig) -> int:
@@ -235,7 +174,7 @@ def main(argv=None) -> int:
 
         finished = run_pretraining(run)
         teardown_parallel()
-        return EXIT_CODE_FOR_SIGNAL.get(finished.state.stopped_by, 0)
+        return EXIT_CODE_FOR_SIGNAL.get(finished.trainer.state.stopped_by, 0)
     except USER_ERRORS as error:
         return _report(error, 2)
     except TrainingDiverged as error:

@@ -14,7 +14,7 @@ import torch
 
 from bert_ds.config import model_preset, transformer_config
 from bert_ds.distributed import init_parallel
-from bert_ds.model import build_pretraining_model
+from bert_ds.model import build_model
 from bert_ds.model import layers
 from bert_ds.model.attention import SDPACoreAttention
 from bert_ds.model.bert import BertForPretraining
@@ -41,8 +41,8 @@ def _config(position: str, checkpointing: bool):
 def _model_pair(position: str, layout):
     """(plain, checkpointed) models of `position` holding the same weights."""
     torch.manual_seed(0)
-    plain = build_pretraining_model(_config(position, False), layout)
-    checkpointed = build_pretraining_model(_config(position, True), layout)
+    plain = build_model(_config(position, False), layout)
+    checkpointed = build_model(_config(position, True), layout)
     checkpointed.load_state_dict(plain.state_dict())  # strict: the names must be identical
     return plain, checkpointed
 
@@ -147,7 +147,7 @@ def test_checkpointing_recomputes_each_layer_once_in_training_only(layout, track
 def test_parameter_names_are_megatrons_for_pre_ln(layout):
     """PreLNTransformerLayer only wraps the forward: its state_dict keys are megatron's own."""
     config = _config("pre", True)
-    ours = build_pretraining_model(config, layout)
+    ours = build_model(config, layout)
     core_attention = ours.bert.encoder.layers[0].self_attention.core_attention
     assert isinstance(ours.bert.encoder.layers[0], layers.PreLNTransformerLayer)
     spec = dataclasses.replace(

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bert_ds.config import model_preset
-from bert_ds.model import build_pretraining_model
+from bert_ds.model import build_model
 from bert_ds.model.bert import attention_mask_to_masked_out
 from bert_ds.model.loss import pretraining_loss
 from tests.helpers import synthetic_batch
@@ -15,7 +15,7 @@ VOCAB = 64
 def _model(layout, **overrides):
     torch.manual_seed(0)
     config = model_preset("tiny", vocab_size=VOCAB, hidden_dropout=0.0, attention_dropout=0.0, **overrides)
-    return build_pretraining_model(config, layout)
+    return build_model(config, layout)
 
 
 @pytest.mark.parametrize("position", ["post", "pre"])

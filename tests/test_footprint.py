@@ -20,22 +20,18 @@ def _count(module) -> int:
 
 @pytest.mark.parametrize("ln, with_nsp", [("post", True), ("post", False), ("pre", True)])
 def test_counts_match_the_model(layout, ln, with_nsp):
-    from bert_ds.model import build_pretraining_model
+    from bert_ds.model import build_model
 
     config = model_preset("tiny", vocab_size=VOCAB, layer_norm_position=ln)
-    assert stage_parameters(config, with_nsp=with_nsp) == _count(build_pretraining_model(config, layout, with_nsp))
+    assert stage_parameters(config, with_nsp=with_nsp) == _count(build_model(config, layout, with_nsp=with_nsp))
 
 
 @pytest.mark.parametrize("kind, outputs", [("classification", 3), ("multiple_choice", 1), ("span", 2)])
 def test_finetuning_counts_match_the_task_models(layout, kind, outputs):
-    from bert_ds.config import transformer_config
-    from bert_ds.model.attention import sdpa_core_attention
-    from bert_ds.model.heads import BertForFinetuning
-    from bert_ds.model.layers import layer_spec
+    from bert_ds.model import build_model
 
     config = model_preset("tiny", vocab_size=VOCAB)
-    spec = layer_spec("post", sdpa_core_attention(rng_fork=layout.rng_tracker.fork), rng_tracker=layout.rng_tracker)
-    model = BertForFinetuning(config, transformer_config(config), spec, kind, outputs if kind == "classification" else 2)
+    model = build_model(config, layout, kind, num_labels=outputs if kind == "classification" else 2)
     assert finetuning_parameters(config, 1, outputs, pooler=kind != "span") == _count(model)
 
 
@@ -46,14 +42,10 @@ def _rank_counts(rank, tp, pp, out):
 
     config = model_preset("tiny", vocab_size=VOCAB)
     layout = init_parallel(config, tensor_parallel=tp, pipeline_parallel=pp)
-    if pp > 1:
-        from bert_ds.model.pipeline import build_pipeline_model
+    from bert_ds.model import build_model
+    from bert_ds.training.pipeline_loss import PretrainingLossFn
 
-        model = build_pipeline_model(config, layout)
-    else:
-        from bert_ds.model import build_pretraining_model
-
-        model = build_pretraining_model(config, layout)
+    model = build_model(config, layout, pipeline_loss=PretrainingLossFn(layout.tp_group) if pp > 1 else None)
     torch.save(dict(stage=layout.pp_rank, count=_count(model)), f"{out}/rank{rank}.pt")
 
 

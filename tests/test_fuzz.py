@@ -179,7 +179,6 @@ def pretraining_checks(argv: list[str]) -> None:
     """What bert_ds/pretrain.py does with a command line before it starts processes: parse, then
     the launch plan (sizes, batch plan, DeepSpeed config, data paths, resume) at several worlds."""
     from bert_ds.training.args import parse_args
-    from bert_ds.training.ds_config import optimizer_offloaded, zero_stage
     from bert_ds.training.plan import resolve_plan
 
     with quiet_argparse():
@@ -193,8 +192,8 @@ def pretraining_checks(argv: list[str]) -> None:
             batch = plan.batch
             assert batch.micro_batch_size * batch.data_parallel * batch.accumulation == run.global_batch_size
             assert plan.ds_config["train_batch_size"] == run.global_batch_size
-            assert zero_stage(plan.ds_config) in (0, 1, 2, 3)
-            assert isinstance(optimizer_offloaded(plan.ds_config), bool)
+            assert plan.zero_stage in (0, 1, 2, 3) and plan.ds_config["zero_optimization"]["stage"] == plan.zero_stage
+            assert isinstance(plan.deepspeed.offloaded, bool)
 
 
 @fuzz(400)
@@ -352,7 +351,7 @@ _DS_FILE = st.one_of(
 def test_deepspeed_config_file(tmp_path, content, zero_stage_option, pp):
     from bert_ds.training.args import parse_args
     from bert_ds.training.batch_plan import BatchPlan
-    from bert_ds.training.ds_config import optimizer_offloaded, pretraining_deepspeed_config, zero_stage
+    from bert_ds.training.ds_config import pretraining_deepspeed_config
 
     path = tmp_path / "ds.json"
     path.write_bytes(content)
@@ -361,11 +360,10 @@ def test_deepspeed_config_file(tmp_path, content, zero_stage_option, pp):
     run = outcome(lambda: parse_args(argv), ConfigError)
     if run is None:
         return
-    built = outcome(lambda: pretraining_deepspeed_config(run, BatchPlan(16, 8, 1), "cpu")[:2], ConfigError)
+    built = outcome(lambda: pretraining_deepspeed_config(run, BatchPlan(16, 8, 1), "cpu"), ConfigError)
     if built is not None:
-        config, _notes = built
-        assert zero_stage(config) in (0, 1, 2, 3)
-        assert isinstance(optimizer_offloaded(config), bool)
+        assert built.zero_stage in (0, 1, 2, 3)
+        assert isinstance(built.offloaded, bool)
 
 
 # --- pre-training corpora -------------------------------------------------------------------

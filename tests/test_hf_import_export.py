@@ -32,7 +32,7 @@ from bert_ds.checkpoint.portable import open_portable, write_portable
 from bert_ds.checkpoint.portable_load import load_portable_weights
 from bert_ds.checkpoint.zero import CheckpointError
 from bert_ds.data.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
-from bert_ds.model import build_pretraining_model
+from bert_ds.model import build_model
 from bert_ds.model.init import initial_full_tensor
 from tests.helpers import REPO, run_on_ranks, synthetic_batch
 
@@ -129,7 +129,7 @@ def test_hf_to_bert_ds_to_hf_round_trip_is_exact(hf_model, variant, tmp_path):
 
 def test_logits_match_after_import_at_tp1(layout, hf_model, imported):
     _, checkpoint = imported
-    model = build_pretraining_model(checkpoint.model_config.replace(**NO_DROPOUT), layout).eval()
+    model = build_model(checkpoint.model_config.replace(**NO_DROPOUT), layout).eval()
     load_portable_weights(model, checkpoint, tp_rank=0, tp_size=1)
     batch = synthetic_batch(VOCAB, batch=4, seq=24, seed=7)
     real = batch["attention_mask"].bool()
@@ -146,7 +146,7 @@ def _tp2_worker(rank, portable, out_dir):
     checkpoint = open_portable(portable)
     config = checkpoint.model_config.replace(vocab_size=PADDED_VOCAB, **NO_DROPOUT)
     layout = init_parallel(config, tensor_parallel=2, seed=5)
-    model = build_pretraining_model(config, layout).eval()
+    model = build_model(config, layout).eval()
     report = load_portable_weights(model, checkpoint, layout.tp_rank, 2)
     with torch.no_grad():
         out = _forward(model, synthetic_batch(VOCAB, batch=4, seq=24, seed=7))
@@ -197,7 +197,7 @@ def test_missing_heads_are_initialised_and_reported(layout, cls, architecture, a
     # Another seed draws other heads; the model loads with nothing missing.
     import_hf(folder, tmp_path / "b", seed=4)
     assert not torch.equal(open_portable(tmp_path / "b").read_weights()["nsp_head.weight"], weights["nsp_head.weight"])
-    model = build_pretraining_model(report.model_config, layout)
+    model = build_model(report.model_config, layout)
     assert load_portable_weights(model, checkpoint, 0, 1).missing == []
 
 
@@ -220,7 +220,7 @@ def test_export_strips_vocab_padding_and_loads_in_transformers(layout, hf_model,
     assert any("32 vocabulary padding rows" in note for note in notes)
     exported = _assert_loads_cleanly(BertForPreTraining, out)
     assert exported.config.vocab_size == VOCAB and exported.config.architectures == ["BertForPreTraining"]
-    model = build_pretraining_model(config.replace(**NO_DROPOUT), layout).eval()
+    model = build_model(config.replace(**NO_DROPOUT), layout).eval()
     load_portable_weights(model, padded, 0, 1)
     batch = synthetic_batch(VOCAB, batch=4, seq=24, seed=8)
     with torch.no_grad():
@@ -279,7 +279,7 @@ def test_task_model_exports_to_its_hf_class(layout, imported, kind, tmp_path):
     dropped = "mlm, nsp, pooler" if kind == "question_answering" else "mlm, nsp"
     assert any(f"left out the {dropped} head(s)" in note for note in notes), notes
 
-    model = build_pretraining_model(checkpoint.model_config.replace(**NO_DROPOUT), layout).eval()
+    model = build_model(checkpoint.model_config.replace(**NO_DROPOUT), layout).eval()
     load_portable_weights(model, checkpoint, 0, 1)
     linear = torch.nn.Linear(64, rows)
     linear.load_state_dict({"weight": weights[f"{head}.weight"], "bias": weights[f"{head}.bias"]})
@@ -309,7 +309,7 @@ def test_sentencepiece_export_writes_a_fast_tokenizer(layout, tmp_path):
     lines = [f"the {w} sat on the {v} mat, said Mr. {w.title()}." for w in animals for v in adjectives]
     sp = train_sentencepiece(lines * 20, tmp_path / "sp", vocab_size=60)
     config = model_config_from_hf(_hf_config(vocab_size=sp.vocab_size))
-    weights = dict(build_pretraining_model(config, layout).named_parameters())
+    weights = dict(build_model(config, layout).named_parameters())
     out = export_hf(open_portable(write_portable(tmp_path / "p", config, weights, tokenizer=sp)), tmp_path / "hf")
     assert (out / "tokenizer.model").is_file() and (out / "tokenizer.json").is_file()
     _assert_loads_cleanly(BertForPreTraining, out)

@@ -5,7 +5,7 @@ import torch
 from transformers import BertConfig, BertForPreTraining
 
 from bert_ds.checkpoint.hf_weights import bert_ds_to_hf, hf_to_bert_ds, model_config_from_hf
-from bert_ds.model import build_pretraining_model
+from bert_ds.model import build_model
 from tests.helpers import synthetic_batch
 
 
@@ -26,7 +26,7 @@ def hf_model():
 
 def test_logits_match_hugging_face(layout, hf_model):
     config = model_config_from_hf(hf_model.config)
-    model = build_pretraining_model(config, layout).eval()
+    model = build_model(config, layout).eval()
     model.load_state_dict(hf_to_bert_ds(hf_model.state_dict(), config), strict=True)
     batch = synthetic_batch(config.vocab_size, batch=4, seq=24, seed=7)
     real = batch["attention_mask"].bool()

@@ -9,16 +9,11 @@ import torch
 
 from bert_ds.config import model_preset
 from bert_ds.distributed import init_parallel
-from bert_ds.model import build_pretraining_model
+from bert_ds.model import build_model
 from bert_ds.model.loss import pretraining_loss
 from bert_ds.model.sharding import gather_full_tensors
-from bert_ds.model.pipeline import (
-    build_pipeline_model,
-    full_to_pipeline_state_dict,
-    last_stage_metrics,
-    pipeline_batch,
-    pipeline_to_full_names,
-)
+from bert_ds.model.pipeline import full_to_pipeline_state_dict, pipeline_to_full_names
+from bert_ds.training.pipeline_loss import PretrainingLossFn, last_stage_metrics, pipeline_batch
 from tests.helpers import run_on_ranks, synthetic_batch
 
 VOCAB, MICRO_BATCH = 128, 3
@@ -53,7 +48,7 @@ PP2_CASES = [name for name, case in CASES.items() if case.pipeline_parallel == 2
 def _plain_reference(config, batches, with_nsp):
     """PP=1 losses averaged over the micro-batches, their mean gradients, and the full weights."""
     layout = init_parallel(config, tensor_parallel=1, pipeline_parallel=1, seed=11)
-    model = build_pretraining_model(config, layout, with_nsp=with_nsp)
+    model = build_model(config, layout, with_nsp=with_nsp)
     means = {}
     for batch in batches:
         out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["loss_mask"])
@@ -76,7 +71,7 @@ def _pipeline_run(config, batches, case, full):
     """
     # Another seed: the weights come from the load.
     layout = init_parallel(config, case.tensor_parallel, case.pipeline_parallel, seed=99)
-    pipe = build_pipeline_model(config, layout, with_nsp=case.with_nsp)
+    pipe = build_model(config, layout, with_nsp=case.with_nsp, pipeline_loss=PretrainingLossFn(layout.tp_group))
     pipe.load_state_dict(full_to_pipeline_state_dict(full, pipe))
     before = {name: p.detach().clone() for name, p in pipe.named_parameters()}
     engine, *_ = deepspeed.initialize(

@@ -6,7 +6,7 @@ import torch.distributed as dist
 
 from bert_ds.config import model_preset
 from bert_ds.distributed import init_parallel
-from bert_ds.model import build_pretraining_model
+from bert_ds.model import build_model
 from bert_ds.model.loss import pretraining_loss
 from bert_ds.model.sharding import gather_full_tensors, shard_full_state_dict
 from tests.helpers import run_on_ranks, synthetic_batch
@@ -46,12 +46,12 @@ def _tp_equivalence_worker(rank, out_dir):
         )
         batch = synthetic_batch(VOCAB, seed=3)
         layout = init_parallel(config, tensor_parallel=1, seed=11)
-        reference = build_pretraining_model(config, layout)
+        reference = build_model(config, layout)
         ref_out, ref_grads = _step(reference, batch, layout.tp_group)
         full_weights = reference.state_dict()
 
         layout = init_parallel(config, tensor_parallel=2, seed=99)  # other seed: weights come from the load
-        model = build_pretraining_model(config, layout)
+        model = build_model(config, layout)
         model.load_state_dict(shard_full_state_dict(model, full_weights, layout.tp_rank, 2))
         tp_out, tp_grads = _step(model, batch, layout.tp_group)
         results[position] = dict(
@@ -101,7 +101,7 @@ def test_tp2_really_shards_the_big_matrices(tp_results):
 def _dropout_worker(rank, out_dir):
     config = model_preset("tiny", vocab_size=VOCAB, hidden_dropout=0.3, attention_dropout=0.3)
     layout = init_parallel(config, tensor_parallel=2, seed=5)
-    model = build_pretraining_model(config, layout).train()
+    model = build_model(config, layout).train()
     batch = synthetic_batch(VOCAB, seed=1)
     out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["loss_mask"])
     # The attention context before the output projection is sharded by heads; record this rank's

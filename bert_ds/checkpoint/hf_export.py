@@ -22,7 +22,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Optional
 
-import torch
 
 from bert_ds.checkpoint.hf_weights import HEADS, TIED, bert_ds_names, bert_ds_to_hf
 from bert_ds.checkpoint.portable import PortableCheckpoint, is_portable, open_portable

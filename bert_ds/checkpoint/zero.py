@@ -15,6 +15,7 @@ torch is imported where tensors or collectives are used, so launch plans read ma
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -53,8 +54,25 @@ def complete_tags(save_dir: Path) -> list[str]:
     return sorted(p.parent.name for p in save_dir.glob(f"*/{COMPLETE}"))
 
 
+class SaveHooks:
+    """Points inside `save` where a test injects a failure (training/faults.py provides the same
+    two functions from BERT_DS_FAULTS); a real run passes nothing and gets these no-ops."""
+
+    @staticmethod
+    def failing_writes(engine, step: int, rank: int):
+        """A context manager around DeepSpeed's own writes."""
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def at(point: str, step: int, rank: int) -> None:
+        """Called at "save-middle" (after DeepSpeed's files) and "save-end" (before the marker)."""
+
+
+NO_FAULTS = SaveHooks()
+
+
 def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict, keep_last: Optional[int],
-         summary: Optional[dict] = None, best: Optional[dict] = None) -> Path:
+         summary: Optional[dict] = None, best: Optional[dict] = None, hooks: Optional[SaveHooks] = None) -> Path:
     """Collective: every rank calls it. Returns the tag folder once the checkpoint is complete.
 
     `summary` (JSON values) goes into complete.json, where launch plans read it without opening
@@ -65,13 +83,12 @@ def save(engine, save_dir: str, step: int, client_state: dict, rank_state: dict,
     `latest` still names the previous checkpoint, untouched.
 
     `best` (JSON values): this checkpoint becomes the one BEST names, before the --keep-last
-    rotation runs, so the previous best can go at once.
+    rotation runs, so the previous best can go at once. `hooks`: see SaveHooks.
     """
     import torch
     import torch.distributed as dist
 
-    from bert_ds.training import faults
-
+    faults = hooks or NO_FAULTS
     root = Path(save_dir)
     tag = tag_for_step(step)
     tag_dir = root / tag

@@ -12,7 +12,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 import torch
@@ -65,25 +65,15 @@ def say(layout, text: str) -> None:
 def build_model(start, task: TaskData, layout, seed: int):
     """The encoder with --init's weights (or BERT's init) and a fresh head drawn from `seed`."""
     from bert_ds.checkpoint.portable_load import load_portable_weights
-    from bert_ds.config import transformer_config
-    from bert_ds.model.attention import sdpa_core_attention
-    from bert_ds.model.heads import BertForFinetuning
-    from bert_ds.model.init import initialize_weights
-    from bert_ds.model.layers import layer_spec
+    from bert_ds.model import build_model as build_layout_model
 
-    config = start.model_config
-    spec = layer_spec(config.layer_norm_position, sdpa_core_attention(rng_fork=layout.rng_tracker.fork), rng_tracker=layout.rng_tracker)
-    model = BertForFinetuning(
-        config, transformer_config(config, layout.tensor_parallel, 1), spec, task.kind, task.num_labels,
-        pg_collection=layout.pg_collection,
-    )
-    initialize_weights(model, config, seed, layout.tp_rank, layout.tensor_parallel)
+    model = build_layout_model(start.model_config, layout, task.kind, num_labels=task.num_labels, seed=seed)
     if start.checkpoint is not None:
         load_portable_weights(
             model, start.checkpoint, layout.tp_rank, layout.tensor_parallel,
             allow_missing=("classifier.", "qa_outputs.", "bert.pooler."),
         )
-    return model.to(layout.device)
+    return model
 
 
 def sequences_per_example(task: TaskData) -> int:
@@ -92,25 +82,16 @@ def sequences_per_example(task: TaskData) -> int:
 
 
 def _engine(job: FinetuneConfig, settings: RunSettings, model, layout, total_steps: int, model_config, task):
-    import deepspeed
-
-    from bert_ds.distributed import DeepSpeedMPU
-    from bert_ds.host_memory import tune_malloc_for_training
-    from bert_ds.training.ds_config import build_deepspeed_config, skip_single_replica_allreduce
-    from bert_ds.training.optim import parameter_groups, warmup_linear_decay
+    from bert_ds.training.ds_config import build_deepspeed_config
+    from bert_ds.training.engine import build_engine
+    from bert_ds.training.optim import OptimizerSettings
 
     plan = batch_plan(job, settings, layout.data_parallel, model_config, sequences_per_example(task))
-    ds_config, notes, _ = build_deepspeed_config(job.deepspeed_config, plan, layout.device.type, zero_stage=job.zero_stage,
-                                                 clip_grad=job.clip_grad, precision=job.precision)
-    optimizer = torch.optim.AdamW(parameter_groups(model, job.weight_decay), lr=settings.lr, betas=(0.9, 0.999), eps=1e-6, fused=True)
-    multiplier = warmup_linear_decay(max(1, int(job.warmup_proportion * total_steps)), total_steps)
-    engine, *_ = deepspeed.initialize(
-        model=model, optimizer=optimizer, config=ds_config, mpu=DeepSpeedMPU(layout),
-        lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, multiplier),
-    )
-    skip_single_replica_allreduce(engine, layout.data_parallel)
-    tune_malloc_for_training(layout.device.type, engine.zero_optimization_stage(), layout.data_parallel)
-    return engine, plan, notes
+    deepspeed_setup = build_deepspeed_config(job.deepspeed_config, plan, layout.device.type, zero_stage=job.zero_stage,
+                                             clip_grad=job.clip_grad, precision=job.precision)
+    optimizer = OptimizerSettings(lr=settings.lr, weight_decay=job.weight_decay, total_steps=total_steps,
+                                  warmup_steps=max(1, int(job.warmup_proportion * total_steps)))
+    return build_engine(model, layout, deepspeed_setup, optimizer), plan, deepspeed_setup.notes
 
 
 def _epoch_order(n: int, steps: int, batch: int, seed: int, epoch: int) -> list[int]:

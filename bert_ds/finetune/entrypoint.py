@@ -75,14 +75,12 @@ def _dry_run(job, tasks) -> int:
 
 
 def _setup(job):
-    import deepspeed
     import torch.distributed as dist
 
-    from bert_ds.distributed import backend, init_parallel, join_process_group
+    from bert_ds.distributed import init_parallel, join_process_group
     from bert_ds.finetune.starting_point import resolve
 
     join_process_group()
     start = resolve(job, dist.get_rank())
     layout = init_parallel(start.model_config, job.tensor_parallel, 1, seed=job.seed)
-    deepspeed.init_distributed(dist_backend=backend())
     return start, layout

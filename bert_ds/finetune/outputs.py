@@ -73,7 +73,7 @@ def full_fp32_weights(model, layout, engine=None) -> dict[str, torch.Tensor]:
     from deepspeed.utils import safe_get_full_fp32_param
 
     from bert_ds.model.sharding import gather_full_tensors
-    from bert_ds.training.checkpointing import fp32_masters
+    from bert_ds.checkpoint.engine_state import fp32_masters
 
     local, unfused = {}, fp32_masters(engine) if engine is not None else {}
     for name, param in model.named_parameters():

@@ -69,7 +69,7 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
                           env: Optional[Mapping[str, str]] = None) -> FinetunePlan:
     """The plan, or the first user error (ConfigError, DataError, TokenizerError, CheckpointError)."""
     from bert_ds.finetune.starting_point import describe_init
-    from bert_ds.training.ds_config import build_deepspeed_config, zero_stage
+    from bert_ds.training.ds_config import build_deepspeed_config
     from bert_ds.training.footprint import activation_bytes, buffer_bytes, finetuning_parameters, model_state_bytes
     from bert_ds.training.plan import planned_device_kind, planned_world
 
@@ -84,9 +84,9 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
         if settings.batch_size not in batches:
             batches[settings.batch_size] = batch_plan(job, settings, dp, config, choices)
     first = next(iter(batches.values()))
-    ds_config, notes, choice = build_deepspeed_config(job.deepspeed_config, first, device_type, zero_stage=job.zero_stage,
-                                                      clip_grad=job.clip_grad, precision=job.precision)
-    stage = zero_stage(ds_config)
+    deepspeed = build_deepspeed_config(job.deepspeed_config, first, device_type, zero_stage=job.zero_stage,
+                                       clip_grad=job.clip_grad, precision=job.precision)
+    (ds_config, notes, choice), stage = deepspeed, deepspeed.zero_stage
     precision = choice.name
     biggest, pooler = max(task.head_outputs for task in tasks), any(task.kind != "span" for task in tasks)
     params = finetuning_parameters(config, job.tensor_parallel, biggest, pooler)

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import deepspeed
-import deepspeed.comm as ds_comm
 import torch
 from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
 from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
@@ -30,8 +28,6 @@ from megatron.core.tensor_parallel import VocabParallelEmbedding
 from megatron.core.transformer.spec_utils import build_module
 
 from bert_ds.config import ConfigError, ModelConfig, transformer_config
-from bert_ds.distributed import backend
-from bert_ds.model.attention import sdpa_core_attention
 from bert_ds.model.init import initialize_weights
 from bert_ds.model.bert import (
     BertEmbeddings,
@@ -40,13 +36,11 @@ from bert_ds.model.bert import (
     _normal_linear,
     attention_mask_to_masked_out,
 )
-from bert_ds.model.layers import layer_norm_impl, layer_spec
-from bert_ds.model.loss import PretrainingLoss, evaluation_sums, pretraining_loss
+from bert_ds.model.layers import layer_norm_impl
 from bert_ds.model.sharding import shard_full_state_dict
 
 TIED_KEY = "word_embeddings"
 _TIED_ATTR = "word_embeddings.weight"  # the same attribute path in BertEmbeddings and TiedWordEmbedding
-_METRIC_FIELDS = ("loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy")
 
 # Activations between stages: (hidden [s, b, h] float, attention_mask [b, s] int64, loss_mask [b, s] int64).
 # Why: DeepSpeed's pipe engine sends every tensor of the tuple (shape and dtype go first in a metadata
@@ -149,98 +143,39 @@ class BertPretrainingHeadsPipe(torch.nn.Module):
         return mlm_logits, nsp_logits, loss_mask
 
 
-class StageMetrics:
-    """Sums of the PretrainingLoss fields over the micro-batches since the last reset.
-
-    Kept as detached tensors (no host sync per micro-batch); `mean()` converts to floats once.
-    """
-
-    def __init__(self) -> None:
-        self.evaluating = False
-        self.reset()
-
-    def reset(self) -> None:
-        self.count = 0
-        self.sums: dict[str, Optional[torch.Tensor]] = {}
-        self.eval_sums: Optional[torch.Tensor] = None
-        """Held-out sums (model/loss.py evaluation_sums) of the micro-batches of an eval_batch."""
-
-    def add(self, losses: PretrainingLoss) -> None:
-        for name in _METRIC_FIELDS:
-            value = getattr(losses, name)
-            total = self.sums.get(name)
-            self.sums[name] = None if value is None else value.detach().float() + (0.0 if total is None else total)
-        self.count += 1
-
-    def mean(self) -> Optional[dict[str, Optional[float]]]:
-        if self.count == 0:
-            return None
-        return {n: None if t is None else t.item() / self.count for n, t in self.sums.items()}
-
-
-class PretrainingLossFn:
-    """loss_fn(outputs, labels) for the last stage: pretraining_loss, recorded into `metrics`."""
-
-    def __init__(self, metrics: StageMetrics, tp_group=None):
-        self.metrics = metrics
-        self.tp_group = tp_group
-
-    def __call__(self, outputs: tuple, labels: tuple) -> torch.Tensor:
-        mlm_logits, nsp_logits, loss_mask = outputs
-        next_sentence_label = labels[1] if len(labels) > 1 else None
-        if self.metrics.evaluating:
-            sums = evaluation_sums(mlm_logits, labels[0][loss_mask], nsp_logits, next_sentence_label, self.tp_group)
-            self.metrics.eval_sums = sums if self.metrics.eval_sums is None else self.metrics.eval_sums + sums
-            return (sums[0] / sums[2].clamp(min=1)).float()  # eval_batch averages it; training/evaluation.py reads the sums
-        losses = pretraining_loss(mlm_logits, labels[0][loss_mask], nsp_logits, next_sentence_label, self.tp_group)
-        self.metrics.add(losses)
-        return losses.loss
-
-
 class BertPipelineModule(PipelineModule):
-    """PipelineModule plus the last stage's metric accumulator.
+    """PipelineModule that tells its loss function when it switches mode: PipelineEngine.train_batch
+    starts with module.train() and eval_batch with module.eval(), so a loss function with a
+    `mode_changed(training)` method (training/pipeline_loss.py) knows which kind of batch it scores."""
 
-    `metrics` resets whenever the module switches mode: PipelineEngine.train_batch starts with
-    module.train() and eval_batch with module.eval(), so after either call it holds exactly that
-    call's micro-batches. Read it (last_stage_metrics) before the next train_batch/eval_batch.
-    """
-
-    def __init__(self, *args, metrics: StageMetrics, layout, **kwargs):
+    def __init__(self, *args, layout, **kwargs):
         super().__init__(*args, **kwargs)
-        self.metrics = metrics
         self.layout = layout
         self.last_stage = self.stage_id == self.num_stages - 1
 
     def train(self, mode: bool = True) -> "BertPipelineModule":
-        if hasattr(self, "metrics"):  # not yet set while PipelineModule.__init__ runs
-            self.metrics.reset()
-            self.metrics.evaluating = not mode
+        mode_changed = getattr(getattr(self, "loss_fn", None), "mode_changed", None)  # unset during __init__
+        if mode_changed is not None:
+            mode_changed(mode)
         return super().train(mode)
 
 
 def build_pipeline_model(
-    config: ModelConfig, layout, with_nsp: bool = True, partition_method: str = "uniform"
+    config: ModelConfig, layout, spec, loss_fn, with_nsp: bool = True, partition_method: str = "uniform",
+    seed: Optional[int] = None,
 ) -> PipelineModule:
-    """This rank's stage of BertForPretraining for `layout` (a distributed.ParallelLayout).
+    """This rank's stage of BertForPretraining for `layout` (a distributed.ParallelLayout); called
+    by bert_ds.model.build_model, which makes the layer `spec`.
 
     partition_method "uniform": num_layers / PP transformer layers per stage, embeddings on stage 0,
     heads on the last stage (checked after DeepSpeed partitions). Any other value is handed to
-    DeepSpeed unchanged ("parameters", "type:regex"). `with_nsp` must match the objective: the labels
-    of pipeline_batch carry next_sentence_label only for mlm_nsp.
+    DeepSpeed unchanged ("parameters", "type:regex"). `loss_fn(outputs, labels)` runs on the last
+    stage (training/pipeline_loss.py); `with_nsp` must match the labels it is given.
     """
-    if not ds_comm.is_initialized():  # wraps the torch process group init_parallel made
-        deepspeed.init_distributed(dist_backend=backend())
     # pipeline size 1 for megatron: each stage's layers are standalone modules, and a config with
     # PP > 1 would make TransformerLayer add the stage's offset to layer numbers a second time.
     tconfig = transformer_config(config, layout.tensor_parallel, 1)
     pg, tp_group = layout.pg_collection, layout.pg_collection.tp
-    spec = layer_spec(
-        config.layer_norm_position,
-        sdpa_core_attention(rng_fork=layout.rng_tracker.fork),
-        # Per-layer recomputation, as in the plain model; keep DeepSpeed's activation_checkpoint_interval 0.
-        activation_checkpointing=config.activation_checkpointing,
-        rng_tracker=layout.rng_tracker,
-    )
     layers: list = [TiedLayerSpec(TIED_KEY, BertEmbeddingsPipe, config, tconfig, tp_group, tied_weight_attr=[_TIED_ATTR])]
     layers += [LayerSpec(BertEncoderLayerPipe, config, tconfig, spec, i, pg) for i in range(config.num_layers)]
     if config.layer_norm_position == "pre":
@@ -248,7 +183,6 @@ def build_pipeline_model(
     layers.append(TiedLayerSpec(TIED_KEY, TiedWordEmbedding, config, tconfig, tp_group, tied_weight_attr=[_TIED_ATTR]))
     layers.append(LayerSpec(BertPretrainingHeadsPipe, config, tconfig, with_nsp, tp_group))
 
-    metrics = StageMetrics()
     uniform = partition_method == "uniform"
     # no_grad: DeepSpeed broadcasts the tied weight in place while building; recorded by autograd, that
     # broadcast makes every later backward warn about c10d::broadcast_ having no autograd kernel.
@@ -258,16 +192,15 @@ def build_pipeline_model(
             topology=PipeModelDataParallelTopology(
                 num_pp=layout.pipeline_parallel, num_mp=layout.tensor_parallel, num_dp=layout.data_parallel
             ),
-            loss_fn=PretrainingLossFn(metrics, tp_group),
+            loss_fn=loss_fn,
             # Balance only the encoder layers; the zero-weight embedding/heads join the first/last stage.
             partition_method=f"type:^{BertEncoderLayerPipe.__name__}$" if uniform else partition_method,
-            metrics=metrics,
             layout=layout,
         )
     if uniform:
         _check_uniform(model, config.num_layers, len(layers))
     # Weights keyed by full parameter name: the same seed gives the plain model's weights.
-    initialize_weights(model, config, layout.seed, layout.tp_rank, layout.tensor_parallel, pipeline_to_full_names(model))
+    initialize_weights(model, config, layout.seed if seed is None else seed, layout.tp_rank, layout.tensor_parallel, pipeline_to_full_names(model))
     return model
 
 
@@ -278,19 +211,6 @@ def _check_uniform(model: BertPipelineModule, num_layers: int, num_specs: int) -
     expected = [0] + [1 + per_stage * s for s in range(1, stages)] + [num_specs]
     if parts != expected:
         raise ConfigError(f"DeepSpeed partitioned the {num_layers} layers as {parts}, not uniformly {expected}.")
-
-
-def pipeline_batch(batch: dict) -> tuple[tuple, tuple]:
-    """Loader batch dict -> (stage-0 inputs, last-stage labels), one item of train_batch's iterator.
-
-    inputs: (input_ids, token_type_ids, attention_mask, loss_mask as int64), all [b, s];
-    labels: (labels [b, s], next_sentence_label [b]) or (labels,) without NSP.
-    """
-    inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"].long(), batch["loss_mask"].long())
-    labels = (batch["labels"],)
-    if batch.get("next_sentence_label") is not None:
-        labels += (batch["next_sentence_label"],)
-    return inputs, labels
 
 
 def pipeline_to_full_names(pipe_model: BertPipelineModule) -> dict[str, str]:
@@ -314,12 +234,3 @@ def full_to_pipeline_state_dict(
     renamed = {pipe: full[name] for pipe, name in pipeline_to_full_names(pipe_model).items() if name in full}
     layout = pipe_model.layout
     return shard_full_state_dict(pipe_model, renamed, layout.tp_rank, layout.tensor_parallel)
-
-
-def last_stage_metrics(pipe_model: BertPipelineModule) -> Optional[dict[str, Optional[float]]]:
-    """Mean PretrainingLoss fields over the last train_batch/eval_batch's micro-batches.
-
-    Floats (nsp_* None without NSP), this rank's micro-batches only (not averaged over DP). None on
-    every stage but the last, and before the first batch.
-    """
-    return pipe_model.metrics.mean() if pipe_model.last_stage else None

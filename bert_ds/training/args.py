@@ -141,6 +141,15 @@ class RunConfig:
             overrides.update(hidden_dropout=self.dropout, attention_dropout=self.dropout)
         return model_preset(self.preset, **overrides)
 
+    def optimizer_settings(self):
+        """The optimizer and LR schedule of this run (training/optim.py)."""
+        from bert_ds.training.optim import OptimizerSettings
+
+        return OptimizerSettings(
+            name=self.optimizer, lr=self.lr, weight_decay=self.weight_decay, betas=(self.adam_beta1, self.adam_beta2),
+            eps=self.adam_eps, warmup_steps=self.warmup_steps, total_steps=self.train_steps,
+        )
+
     def data_config(self) -> DataConfig:
         return DataConfig(
             seq_length=self.seq_length,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from bert_ds.config import ConfigError
 from bert_ds.precision import MIXED, PrecisionChoice, choose_precision
@@ -55,7 +56,28 @@ def load_json(path: Path) -> dict:
     return config
 
 
-def pretraining_deepspeed_config(run, batch, device_type: str) -> tuple[dict, list[str], PrecisionChoice]:
+class DeepSpeedSetup(NamedTuple):
+    """A built config and what was decided while building it. `zero_stage` is the effective stage
+    (after --zero-stage and the single-replica rule below): the one value the optimizer choice,
+    the engine, malloc tuning and the plan read; DeepSpeed's `engine.zero_optimization_stage()`
+    reads the same number back out of `config`."""
+
+    config: dict
+    notes: list[str]
+    precision: PrecisionChoice
+
+    @property
+    def zero_stage(self) -> int:
+        return self.config["zero_optimization"].get("stage", 0)
+
+    @property
+    def offloaded(self) -> bool:
+        """Whether ZeRO-Offload steps the optimizer on the CPU."""
+        offload = self.config["zero_optimization"].get("offload_optimizer") or {}
+        return offload.get("device", "none") != "none"
+
+
+def pretraining_deepspeed_config(run, batch, device_type: str) -> DeepSpeedSetup:
     """`build_deepspeed_config` with a pre-training RunConfig's options."""
     return build_deepspeed_config(run.deepspeed_config, batch, device_type, zero_stage=run.zero_stage,
                                   pipeline_parallel=run.pipeline_parallel, clip_grad=run.clip_grad,
@@ -63,7 +85,7 @@ def pretraining_deepspeed_config(run, batch, device_type: str) -> tuple[dict, li
 
 
 def build_deepspeed_config(name_or_path: str, batch, device_type: str, *, zero_stage=None, pipeline_parallel: int = 1,
-                           clip_grad: float = 1.0, precision: str = "auto") -> tuple[dict, list[str], PrecisionChoice]:
+                           clip_grad: float = 1.0, precision: str = "auto") -> DeepSpeedSetup:
     """The config dict for deepspeed.initialize, notes worth telling the user, and the precision.
 
     `batch` is the run's BatchPlan (training/batch_plan.py); `zero_stage` overrides the file's;
@@ -123,7 +145,7 @@ def build_deepspeed_config(name_or_path: str, batch, device_type: str, *, zero_s
         )
         zero["stage"] = 0
     config.setdefault("steps_per_print", 10**9)  # bert_ds logs progress itself
-    return config, notes, choice
+    return DeepSpeedSetup(config, notes, choice)
 
 
 # DeepSpeed's documented dynamic loss scaling, for an fp16 run whose JSON has no fp16 section.
@@ -156,11 +178,6 @@ def _partitions_nothing(config: dict, data_parallel: int, pipeline_clipping: boo
     return data_parallel == 1 and zero.get("stage", 0) in (1, 2) and not offloaded and not pipeline_clipping
 
 
-def optimizer_offloaded(config: dict) -> bool:
-    offload = config.get("zero_optimization", {}).get("offload_optimizer") or {}
-    return offload.get("device", "none") != "none"
-
-
 def configured_precision(requested: str, name_or_path: str, device_type: str) -> PrecisionChoice:
     """The choice `build_deepspeed_config` makes for this --precision, DeepSpeed JSON and device,
     for records written after the engine is built (the decision is deterministic)."""
@@ -173,10 +190,6 @@ def training_precision(config: dict) -> str:
         if config.get(name, {}).get("enabled"):
             return name
     return "fp32"
-
-
-def zero_stage(config: dict) -> int:
-    return config.get("zero_optimization", {}).get("stage", 0)
 
 
 def skip_single_replica_allreduce(engine, data_parallel: int) -> None:

@@ -51,7 +51,7 @@ class EvalResult:
     seconds: float
 
     def record(self, state) -> dict:
-        """The metrics-file line of this evaluation at `state` (training/loop.py TrainState): its
+        """The metrics-file line of this evaluation at `state` (training/trainer.py TrainState): its
         progress keys and the `eval/` keys (TensorBoard's names too)."""
         return {"step": state.step, "consumed_samples": state.consumed_samples,
                 "consumed_tokens": state.consumed_tokens, "eval/mlm_loss": self.mlm_loss, "eval/mlm_accuracy": self.mlm_accuracy,
@@ -193,7 +193,7 @@ def _plain_sums(engine, eval_set: EvalSet, layout):
 
 
 def _pipeline_sums(engine, model, eval_set: EvalSet, layout):
-    from bert_ds.model.pipeline import pipeline_batch
+    from bert_ds.training.pipeline_loss import pipeline_batch
     from bert_ds.training.steps import to_device
 
     feed = (pipeline_batch(to_device(batch, layout.device)) for batch in eval_set.batches)
@@ -201,4 +201,4 @@ def _pipeline_sums(engine, model, eval_set: EvalSet, layout):
     # eval_batch switches the module to eval mode (dropout off; the loss records sums) and the
     # next train_batch back to training.
     engine.eval_batch(data_iter=feed if needs_data else None, num_micro_batches=len(eval_set.batches))
-    return model.metrics.eval_sums if model.last_stage else None
+    return model.loss_fn.metrics.eval_sums if model.last_stage else None

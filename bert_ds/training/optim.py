@@ -4,10 +4,30 @@ weight decay 0.01, linear warm-up then linear decay), plus LAMB for large batche
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from bert_ds.distributed import is_gpu
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """What pre-training and fine-tuning choose about the optimizer and its schedule (their
+    options fill it: RunConfig.optimizer_settings, finetune/core.py); defaults are the paper's."""
+
+    name: str = "adamw"
+    """adamw or lamb."""
+    lr: float = 1e-4
+    """Peak learning rate."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay on matrices (not on biases or LayerNorm)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-6
+    warmup_steps: int = 10_000
+    """Linear warm-up from 0 to `lr` over this many steps."""
+    total_steps: int = 1_000_000
+    """Then linear decay to 0 at this step."""
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -115,28 +135,29 @@ class _SkippingLamb(SkipsNonFiniteSteps, Lamb):
     pass
 
 
-def build_optimizer(run, model: torch.nn.Module, device_type: str, offloaded: bool, zero_stage: int = 1) -> torch.optim.Optimizer:
+def build_optimizer(settings: OptimizerSettings, model: torch.nn.Module, device_type: str, offloaded: bool,
+                    zero_stage: int = 1) -> torch.optim.Optimizer:
     """AdamW or LAMB over `model`'s parameters with BERT's weight-decay groups.
 
     Without ZeRO (stage 0) the optimizer itself skips non-finite steps (ZeRO's does it otherwise).
     """
-    groups = parameter_groups(model, run.weight_decay)
-    betas = (run.adam_beta1, run.adam_beta2)
+    groups = parameter_groups(model, settings.weight_decay)
+    common = dict(lr=settings.lr, betas=settings.betas, eps=settings.eps)
     plain = zero_stage == 0
-    if run.optimizer == "lamb":
+    if settings.name == "lamb":
         if is_gpu(device_type):
             from deepspeed.ops.lamb import FusedLamb
 
-            return FusedLamb(groups, lr=run.lr, betas=betas, eps=run.adam_eps)
-        return (_SkippingLamb if plain else Lamb)(groups, lr=run.lr, betas=betas, eps=run.adam_eps)
+            return FusedLamb(groups, **common)
+        return (_SkippingLamb if plain else Lamb)(groups, **common)
     if offloaded:
         # ZeRO-Offload steps the optimizer on the CPU; DeepSpeed's CPU Adam is its fast path.
         from deepspeed.ops.adam import DeepSpeedCPUAdam
 
-        return DeepSpeedCPUAdam(groups, lr=run.lr, betas=betas, eps=run.adam_eps, adamw_mode=True)
+        return DeepSpeedCPUAdam(groups, adamw_mode=True, **common)
     # torch's fused AdamW (CPU and GPU): one pass over each tensor instead of one per operation;
     # on a CPU it steps BERT-base's 110M parameters about 5x faster than the foreach version.
-    return (_SkippingAdamW if plain else torch.optim.AdamW)(groups, lr=run.lr, betas=betas, eps=run.adam_eps, fused=True)
+    return (_SkippingAdamW if plain else torch.optim.AdamW)(groups, fused=True, **common)
 
 
 def warmup_linear_decay(warmup_steps: int, total_steps: int):
@@ -150,8 +171,7 @@ def warmup_linear_decay(warmup_steps: int, total_steps: int):
     return multiplier
 
 
-def build_scheduler(run):
+def build_scheduler(settings: OptimizerSettings):
     """A DeepSpeed scheduler callable: DeepSpeed passes the (possibly ZeRO-wrapped) optimizer."""
-    multiplier = warmup_linear_decay(run.warmup_steps, run.train_steps)
+    multiplier = warmup_linear_decay(settings.warmup_steps, settings.total_steps)
     return lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
-

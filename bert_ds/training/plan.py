@@ -19,6 +19,7 @@ from typing import Mapping, Optional
 from bert_ds.config import ConfigError, ModelConfig, padded_vocab_size, validate_layout
 from bert_ds.training.args import RunConfig
 from bert_ds.training.batch_plan import BatchPlan, micro_batch_ceiling, plan_batches
+from bert_ds.training.ds_config import DeepSpeedSetup
 from bert_ds.training.footprint import MemoryEstimate
 
 
@@ -48,9 +49,9 @@ class LaunchPlan:
     data_parallel: int
     model_config: ModelConfig
     batch: BatchPlan
-    ds_config: dict
+    deepspeed: DeepSpeedSetup
+    """The DeepSpeed config and its effective ZeRO stage, which the engine is built from."""
     notes: list[str]
-    zero_stage: int
     precision: str
     """"fp32", "bf16" or "fp16" (bert_ds/precision.py)."""
     precision_reason: str
@@ -65,6 +66,14 @@ class LaunchPlan:
     memory: MemoryEstimate
     checkpoint_bytes: int
     samples: list = field(default_factory=list)
+
+    @property
+    def ds_config(self) -> dict:
+        return self.deepspeed.config
+
+    @property
+    def zero_stage(self) -> int:
+        return self.deepspeed.zero_stage
     """vocab_check.SourceSample per sampled source ([UNK] rate of its first documents)."""
 
     @property
@@ -123,7 +132,7 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     `tokenizer` is the real run's (already loaded or trained); without it the plan loads the
     configured one and trains nothing. `sample_data` reads each local source's first documents
     for the [UNK] check (the real run also samples hub sources, see pretrain.py)."""
-    from bert_ds.training.ds_config import optimizer_offloaded, pretraining_deepspeed_config, zero_stage
+    from bert_ds.training.ds_config import pretraining_deepspeed_config
     from bert_ds.training.footprint import checkpoint_bytes, memory_per_device, model_parameters, stage_parameters
 
     world, world_from = planned_world(run.world_size, env)
@@ -134,12 +143,13 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     batch = pretraining_batch_plan(run, model_config, dp)
     run = dataclasses.replace(run, micro_batch_size=batch.micro_batch_size)
     run.data_config().validate(model_config.max_position_embeddings)
-    ds_config, notes, choice = pretraining_deepspeed_config(run, batch, device_type)
+    deepspeed = pretraining_deepspeed_config(run, batch, device_type)
+    ds_config, notes, choice = deepspeed
     if batch.auto:
         notes.insert(0, f"micro batch auto: {batch.micro_batch_size} (the largest divisor of {run.global_batch_size} / "
                         f"{dp} = {run.global_batch_size // dp} up to the ceiling "
                         f"{micro_batch_ceiling(model_config, run.seq_length)} at {run.seq_length} tokens)")
-    stage = zero_stage(ds_config)
+    stage = deepspeed.zero_stage
     precision = choice.name
     sources = _sources(run)
     if run.eval_data:  # a missing or unreadable held-out file fails the plan, not the run
@@ -151,13 +161,13 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     memory = memory_per_device(
         model_config, seq=run.seq_length, micro=batch.micro_batch_size, accumulation=batch.accumulation,
         tp=run.tensor_parallel, pp=run.pipeline_parallel, dp=dp, zero_stage=stage, precision=precision,
-        gpu=device_type == "gpu", offload=optimizer_offloaded(ds_config),
+        gpu=device_type == "gpu", offload=deepspeed.offloaded,
         reduce_bucket=ds_config["zero_optimization"].get("reduce_bucket_size", 500_000_000), with_nsp=with_nsp,
     )
     samples = sample_sources(run, tokenizer) if sample_data and tokenizer is not None else []
     return LaunchPlan(
         run=run, world_size=world, world_from=world_from, device_type=device_type, data_parallel=dp,
-        model_config=model_config, batch=batch, ds_config=ds_config, notes=notes, zero_stage=stage,
+        model_config=model_config, batch=batch, deepspeed=deepspeed, notes=notes,
         precision=precision, precision_reason=choice.reason, tokenizer=tokenizer, tokenizer_text=tokenizer_text, sources=sources,
         resume_text=resume_text, start_step=start_step,
         parameters=model_parameters(model_config, with_nsp),

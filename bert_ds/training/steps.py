@@ -83,7 +83,7 @@ def plain_step(engine, batches: Iterator[dict], accumulation: int, device: torch
 
 def pipeline_step(engine, batches: Iterator[dict], accumulation: int, device: torch.device, pipe_model) -> StepResult:
     """One DeepSpeed pipeline `train_batch` over `accumulation` micro-batches."""
-    from bert_ds.model.pipeline import last_stage_metrics, pipeline_batch
+    from bert_ds.training.pipeline_loss import last_stage_metrics, pipeline_batch
 
     counted = StepResult()
 

@@ -104,10 +104,10 @@ class Bare:
     name = "bare"
 
     def __init__(self, reference: BertDs, precision: str):
-        from bert_ds.model import build_pretraining_model
+        from bert_ds.model import build_model
         from bert_ds.training.optim import parameter_groups
 
-        self.model, self.precision = build_pretraining_model(reference.model_config, reference.layout), precision
+        self.model, self.precision = build_model(reference.model_config, reference.layout), precision
         # The engine's own optimizer setting (fused AdamW), so the difference is DeepSpeed's bookkeeping.
         self.optimizer = torch.optim.AdamW(parameter_groups(self.model, 0.01), lr=1e-4, eps=1e-6, fused=True)
 

@@ -13,9 +13,9 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-import torch
 
-from bert_ds.checkpoint import zero as checkpoints
+from bert_ds.checkpoint import zero
+from bert_ds.checkpoint.engine_state import model_param_groups, set_engine_state
 from bert_ds.checkpoint.portable import PortableCheckpoint, is_portable, open_portable
 from bert_ds.checkpoint.portable_load import partition_dim, read_model_slices
 from bert_ds.checkpoint.zero import CheckpointError
@@ -69,50 +69,30 @@ def _optimizer_order(engine, model, names: dict) -> Optional[list[list[str]]]:
     if engine.zero_optimization_stage() > 0:
         return None
     by_id = {id(param): names[name] for name, param in model.named_parameters()}
-    return [[by_id[id(p)] for p in group] for group in _model_param_groups(engine)]
+    return [[by_id[id(p)] for p in group] for group in model_param_groups(engine)]
 
 
-def _model_param_groups(engine) -> list[list]:
-    """The model's parameters in the optimizer's group order. Without ZeRO, bf16/fp16 runs wrap
-    torch's optimizer in DeepSpeed's FP16_UnfusedOptimizer, whose groups hold fp32 copies of the
-    parameters (`fp32_groups`) beside the 16-bit originals (`fp16_groups`), position for position."""
-    if hasattr(engine.optimizer, "fp16_groups"):
-        return engine.optimizer.fp16_groups
-    return [group["params"] for group in engine.optimizer.param_groups]
-
-
-def fp32_masters(engine) -> dict:
-    """{id(model parameter): its fp32 master} for a bf16/fp16 run without ZeRO ({} otherwise: ZeRO's
-    masters are reached with deepspeed.utils.safe_get_full_fp32_param, fp32 runs have none)."""
-    if not hasattr(engine.optimizer, "fp32_groups"):
-        return {}
-    return {id(p): master for group, masters in zip(engine.optimizer.fp16_groups, engine.optimizer.fp32_groups)
-            for p, master in zip(group, masters)}
-
-
-def save(run, engine, model, loader, layout, progress: dict, model_config, best: Optional[dict] = None) -> Path:
-    """Collective: a complete checkpoint of step progress["step"] under run.save; `best` (held-out
-    metrics) names it the best evaluated one (--keep-best)."""
+def save(run, engine, model, loader, layout, progress: dict, model_config, precision, best: Optional[dict] = None,
+         hooks=None) -> Path:
+    """Collective: a complete checkpoint of step progress["step"] under run.save. `precision` is
+    the run's PrecisionChoice (recorded with its reason); `best` (held-out metrics) names it the
+    best evaluated one (--keep-best); `hooks`: zero.SaveHooks (fault injection in tests)."""
     from bert_ds.distributed import rng_state_dict
 
-    tag = checkpoints.tag_for_step(progress["step"])
+    tag = zero.tag_for_step(progress["step"])
     client = dict(state=progress, run=dataclasses.asdict(run), model_config=dataclasses.asdict(model_config))
     rank_state = dict(
         rng=rng_state_dict(layout),
         loader=loader.state_dict(),
         layout=layout_record(engine, model, layout, run, Path(run.save), tag),
     )
-    from bert_ds.training.ds_config import configured_precision
-
-    precision = "bf16" if engine.bfloat16_enabled() else "fp16" if engine.fp16_enabled() else "fp32"
-    choice = configured_precision(run.precision, run.deepspeed_config, layout.device.type)  # for its reason
     summary = dict(
         model_config=client["model_config"],
         run={k: client["run"][k] for k in ("preset", "seq_length", "stop_at_step", "train_steps", "global_batch_size")},
-        zero_stage=engine.zero_optimization_stage(), precision=precision,
-        precision_requested=choice.requested, precision_reason=choice.reason,
+        zero_stage=engine.zero_optimization_stage(), precision=precision.name,
+        precision_requested=precision.requested, precision_reason=precision.reason,
     )
-    return checkpoints.save(engine, run.save, progress["step"], client, rank_state, run.keep_last, summary, best)
+    return zero.save(engine, run.save, progress["step"], client, rank_state, run.keep_last, summary, best, hooks)
 
 
 @dataclasses.dataclass
@@ -133,21 +113,21 @@ def resume(run, engine, model, loader, layout, model_config) -> Resumed:
     if is_portable(load_dir):
         _refuse_zero3(engine, load_dir)
         return _resume_portable(run, engine, model, loader, layout, model_config, open_portable(load_dir))
-    if run.auto_resume and checkpoints.latest_complete_tag(load_dir) is None:
+    if run.auto_resume and zero.latest_complete_tag(load_dir) is None:
         return Resumed(None, f"no checkpoint in {load_dir} yet: starting from step 0")
-    if (Path(load_dir) / checkpoints.COMPLETE).is_file():  # a tag folder: that very checkpoint
+    if (Path(load_dir) / zero.COMPLETE).is_file():  # a tag folder: that very checkpoint
         load_dir, tag = str(Path(load_dir).parent), Path(load_dir).name
     else:
-        tag = checkpoints.require_latest(load_dir)
+        tag = zero.require_latest(load_dir)
     tag, fallback_note = _intact(load_dir, tag, run.fallback_to_previous)
     if fallback_note and layout.rank == 0:
         print(fallback_note, flush=True)
-    saved = checkpoints.saved_layout(load_dir, tag)
+    saved = zero.saved_layout(load_dir, tag)
     if saved is not None and saved != layout_sizes(layout, run):
         _refuse_zero3(engine, str(Path(load_dir) / tag))
         portable = _converted(Path(load_dir) / tag, layout, saved, layout_sizes(layout, run))
         return _resume_portable(run, engine, model, loader, layout, model_config, portable)
-    client, rank_state = checkpoints.load(engine, load_dir, tag, layout.world_size)
+    client, rank_state = zero.load(engine, load_dir, tag, layout.world_size)
     saved_seq = client["run"]["seq_length"]
     loader.load_state_dict(rank_state["loader"], skip_partial_block=saved_seq != run.seq_length)
     load_rng_state_dict(layout, rank_state["rng"])
@@ -159,7 +139,7 @@ def _refuse_zero3(engine, path: str) -> None:
     """Weights of another layout go in as full tensors per rank; ZeRO-3 holds a partition of each
     parameter, so that load would fail deep inside with a shape of 0: refuse it in one sentence."""
     if engine.zero_optimization_stage() == 3:
-        raise checkpoints.CheckpointError(
+        raise zero.CheckpointError(
             f"{path}: loading weights saved at another layout (or a portable folder) into ZeRO-3 is not "
             "supported yet; resume with the layout and ZeRO stage the checkpoint was saved with.")
 
@@ -168,15 +148,15 @@ def _intact(load_dir: str, tag: str, fallback: bool) -> tuple[str, str]:
     """`tag` if its files are all there, else (with `fallback`) the newest earlier complete tag
     whose files are; a CheckpointError names the damaged file otherwise."""
     try:
-        checkpoints.verify(Path(load_dir) / tag)
+        zero.verify(Path(load_dir) / tag)
         return tag, ""
     except CheckpointError as damage:
         if not fallback:
             raise CheckpointError(f"{damage} Pass --fallback-to-previous to resume from the previous complete checkpoint.") from None
         problem = str(damage)
-    for earlier in reversed([t for t in checkpoints.complete_tags(Path(load_dir)) if t < tag]):
+    for earlier in reversed([t for t in zero.complete_tags(Path(load_dir)) if t < tag]):
         try:
-            checkpoints.verify(Path(load_dir) / earlier)
+            zero.verify(Path(load_dir) / earlier)
         except CheckpointError:
             continue
         return earlier, f"{problem} Falling back to the previous complete checkpoint {Path(load_dir) / earlier}."
@@ -207,7 +187,7 @@ def _converted(tag_dir: Path, layout, saved: dict, current: dict) -> PortableChe
                 zero_to_portable(str(tag_dir), str(target), optimizer=True)
             except (CheckpointError, OSError) as error:
                 failure = str(error)
-    failures = checkpoints.gather_failures(failure)
+    failures = zero.gather_failures(failure)
     if failures:
         raise CheckpointError(failures[0])
     return open_portable(target)
@@ -244,74 +224,3 @@ def _resume_portable(run, engine, model, loader, layout, model_config, checkpoin
     return Resumed(progress, f"resumed from {checkpoint.path} at step {progress['step']} on a new layout{note}")
 
 
-@torch.no_grad()
-def set_engine_state(engine, model, slices: dict, training: Optional[dict]) -> None:
-    """Weights into the model and the optimizer's fp32 masters; with `training`, also the Adam
-    moments, the optimizer step, the LR schedule and DeepSpeed's counters."""
-    from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
-
-    stage = engine.zero_optimization_stage()
-    if stage == 3:
-        raise CheckpointError("Loading a checkpoint into a new layout needs ZeRO stage 0, 1 or 2; this run uses stage 3.")
-    if training is not None:
-        _create_optimizer_state(engine)
-    base = _torch_optimizer(engine)
-    params, masters = dict(model.named_parameters()), fp32_masters(engine)
-    for local, kinds in slices.items():
-        param = params[local]
-        param.copy_(kinds["weight"].to(param.dtype))
-        moments = [k for k in kinds if k != "weight"]
-        if stage == 0:  # torch's optimizer works on the parameters themselves, or on their fp32 masters
-            target = masters.get(id(param), param)
-            if target is not param:
-                target.copy_(kinds["weight"])
-            for moment in moments:
-                base.state[target][moment].copy_(kinds[moment])
-            continue
-        safe_set_full_fp32_param(param, kinds["weight"].to(param.device))
-        for moment in moments:
-            safe_set_full_optimizer_state(param, kinds[moment].to(param.device), moment)
-    if training is None:
-        return
-    if training["optimizer_step"] is not None:
-        for state in base.state.values():
-            if isinstance(state.get("step"), torch.Tensor):
-                state["step"].fill_(training["optimizer_step"])
-            elif "step" in state:
-                state["step"] = training["optimizer_step"]
-    engine.lr_scheduler.load_state_dict(training["scheduler"])
-    for group, lr in zip(base.param_groups, training["scheduler"]["_last_lr"]):
-        group["lr"] = lr
-    counters = training["engine"]
-    engine.global_steps = counters["global_steps"]
-    engine.global_samples = counters["global_samples"]
-    engine.skipped_steps = counters["skipped_steps"]
-
-
-def _torch_optimizer(engine):
-    """The torch optimizer: under ZeRO's wrapper or the 16-bit wrapper, or DeepSpeed's optimizer itself."""
-    wrapped = engine.zero_optimization_stage() > 0 or hasattr(engine.optimizer, "fp32_groups")
-    return engine.optimizer.optimizer if wrapped else engine.optimizer
-
-
-def _create_optimizer_state(engine) -> None:
-    """Make the optimizer create its (lazily built) state now, so moments can be written into it.
-
-    One step with zero gradients at learning rate 0 changes no weight for Adam, AdamW, LAMB or
-    DeepSpeed's CPU Adam (decoupled weight decay is scaled by the learning rate too); the step
-    count it adds is overwritten afterwards. Under ZeRO each parameter is then linked to its state.
-    """
-    base = _torch_optimizer(engine)
-    tensors = [p for group in base.param_groups for p in group["params"]]
-    saved = [(group["lr"], [(p, p.grad) for p in group["params"]]) for group in base.param_groups]
-    for group in base.param_groups:
-        group["lr"] = 0.0
-    for tensor in tensors:
-        tensor.grad = torch.zeros_like(tensor)
-    base.step()
-    for group, (lr, grads) in zip(base.param_groups, saved):
-        group["lr"] = lr
-        for tensor, grad in grads:
-            tensor.grad = grad
-    if engine.zero_optimization_stage() > 0:
-        engine.optimizer._lazy_init_hp_params_optimizer_state()
