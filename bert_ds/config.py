@@ -11,11 +11,20 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from bert_ds.data.splitters import DEFAULT_SPLITTER
+from bert_ds.errors import ConfigError  # noqa: F401 (raised here, imported from here by many)
 
 
-class ConfigError(ValueError):
-    """A user-facing configuration problem; the message is one sentence naming the fields."""
+
+
+# The sentence splitters a run may name (implemented in data/splitters.py, where the default's
+# measurements are); named here so the data settings below depend on nothing above them.
+SENTENCE_SPLITTERS = ("regex", "punkt")
+DEFAULT_SENTENCE_SPLITTER = "punkt"
+
+
+def valid_seed(seed: int) -> bool:
+    """Seeds are in [0, 2**32): numpy's generators refuse negative ones, and example ids pack one in 64 bits."""
+    return 0 <= seed < 2**32
 
 
 @dataclass(frozen=True)
@@ -205,36 +214,41 @@ class DataConfig:
     """DataLoader worker processes per rank (0: build batches in the training process)."""
     txt_documents: Literal["file", "blank_line"] = "file"
     """.txt sources: one document per file, or one per blank-line separated block."""
-    sentence_splitter: str = DEFAULT_SPLITTER
+    sentence_splitter: str = DEFAULT_SENTENCE_SPLITTER
     """The sentence splitter (data/splitters.py) that cuts paragraphs into NSP's sentences."""
     seed: int = 1234
     """Seeds file order, pairing, shuffling and masking."""
 
     def validate(self, max_position_embeddings: int = 512) -> None:
         """Refuse impossible values in one sentence naming them."""
-        problems = []
-        if not 8 <= self.seq_length <= max_position_embeddings:
-            problems.append(f"seq_length {self.seq_length} must be in [8, {max_position_embeddings}]")
-        if self.micro_batch_size < 1:
-            problems.append(f"micro_batch_size {self.micro_batch_size} must be at least 1")
-        if self.objective not in ("mlm_nsp", "mlm", "ltr"):
-            problems.append(f"objective {self.objective!r} must be 'mlm_nsp', 'mlm' or 'ltr'")
-        if not 0.0 < self.mask_prob < 1.0:
-            problems.append(f"mask_prob {self.mask_prob} must be in (0, 1)")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            problems.append(f"short_seq_prob {self.short_seq_prob} must be in [0, 1]")
-        if self.block_documents < 2:
-            problems.append(f"block_documents {self.block_documents} must be at least 2 (NSP needs a second document)")
-        if self.num_workers < 0:
-            problems.append(f"num_workers {self.num_workers} must be >= 0")
-        from bert_ds.data.splitters import SPLITTERS
-
-        if self.sentence_splitter not in SPLITTERS:
-            problems.append(f"sentence_splitter {self.sentence_splitter!r} must be one of {', '.join(SPLITTERS)}")
-        if not 0 <= self.seed < 2**32:  # numpy's generators refuse negative seeds; ids pack it in 64 bits
-            problems.append(f"seed {self.seed} must be in [0, 2**32)")
+        problems = self.problems(max_position_embeddings)
         if problems:
             raise ConfigError("Invalid data configuration: " + "; ".join(problems) + ".")
+
+    def problems(self, max_position_embeddings: int = 512) -> list[str]:
+        """Each impossible value, named as its --option (the fields are pre-training's options)."""
+        problems = []
+        if not 8 <= self.seq_length <= max_position_embeddings:
+            problems.append(f"--seq-length {self.seq_length} must be in [8, {max_position_embeddings}]")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:  # None: `auto`, resolved by the plan
+            problems.append(f"--micro-batch-size {self.micro_batch_size} must be at least 1")
+        if self.objective not in ("mlm_nsp", "mlm", "ltr"):
+            problems.append(f"--objective {self.objective!r} must be 'mlm_nsp', 'mlm' or 'ltr'")
+        if not 0.0 < self.mask_prob < 1.0:
+            problems.append(f"--mask-prob {self.mask_prob} must be in (0, 1)")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            problems.append(f"--short-seq-prob {self.short_seq_prob} must be in [0, 1]")
+        if self.block_documents < 2:
+            problems.append(f"--block-documents {self.block_documents} must be at least 2 (NSP needs a second document)")
+        if self.num_workers < 0:
+            problems.append(f"--num-workers {self.num_workers} must be >= 0")
+        if self.txt_documents not in ("file", "blank_line"):
+            problems.append(f"--txt-documents {self.txt_documents!r} must be 'file' or 'blank_line'")
+        if self.sentence_splitter not in SENTENCE_SPLITTERS:
+            problems.append(f"--sentence-splitter {self.sentence_splitter!r} must be one of {', '.join(SENTENCE_SPLITTERS)}")
+        if not valid_seed(self.seed):
+            problems.append(f"--seed {self.seed} must be in [0, 2**32)")
+        return problems
 
 
 def padded_vocab_size(vocab_size: int, multiple: int = 128) -> int:

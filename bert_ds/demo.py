@@ -20,7 +20,7 @@ from bert_ds.data.sources import SAMPLE_TRAIN_SPECS as TRAIN_DATA
 
 
 def _train(args):
-    from bert_ds.pretrain import run_pretraining
+    from bert_ds.training.job import run_pretraining
     from bert_ds.training.args import parse_args
     from bert_ds.training.tokenizer_setup import resolve_tokenizer, sample_tokenizer_dir
 
@@ -63,7 +63,7 @@ def held_out_accuracy(result, batches: int = 20) -> tuple[float, float]:
         targets.append(batch["labels"][loss_mask])
         out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], loss_mask)
         count = int(loss_mask.sum())
-        correct += float(vocab_parallel_accuracy(out.mlm_logits, batch["labels"][loss_mask])) * count
+        correct += float(vocab_parallel_accuracy(out.mlm_logits, batch["labels"][loss_mask], result.trainer.layout.tp_group)) * count
         total += count
     unigram = torch.cat(targets).bincount().max().item() / max(total, 1.0)
     return correct / max(total, 1.0), unigram

@@ -140,6 +140,11 @@ class ParallelLayout:
     pg_collection: object = field(compare=False, default=None)
     """megatron's ProcessGroupCollection for these groups, handed to the model explicitly."""
 
+    def say(self, text: str) -> None:
+        """A console line, printed by rank 0 only."""
+        if self.rank == 0:
+            print(text, flush=True)
+
 
 def free_port() -> int:
     """A TCP port on the loopback interface that nobody listens on right now."""

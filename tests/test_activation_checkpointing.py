@@ -55,7 +55,8 @@ def _train_step(model, batch, layout, tracker_states, seed=7):
     model.zero_grad()
     out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["loss_mask"])
     loss = pretraining_loss(
-        out.mlm_logits, batch["labels"][batch["loss_mask"]], out.nsp_logits, batch["next_sentence_label"]
+        out.mlm_logits, batch["labels"][batch["loss_mask"]], out.nsp_logits, batch["next_sentence_label"],
+        tp_group=layout.tp_group,
     ).loss
     loss.backward()
     return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}

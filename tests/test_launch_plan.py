@@ -225,6 +225,8 @@ def test_bad_values_are_one_error_line_and_write_nothing(checkout, tmp_path):
          "This phase starts at step 900,000 but the newest checkpoint in"),
         (["--world-size", "512"], "global batch size 256 is smaller than data parallel 512"),
         (["--world-size", "32", "--micro-batch-size", "16"], "16 x 32 = 512; use --micro-batch-size auto or a divisor of 256 / 32 = 8"),
+        (["--world-size", "8", "--pipeline-parallel", "2", "--zero-stage", "2"],
+         "ZeRO stage 2 cannot be combined with pipeline parallelism 2"),
     ]
     for extra, message in cases:
         result = run_entrypoint("bert_ds/pretrain.py", large + extra)

@@ -13,7 +13,7 @@ def test_loss_matches_plain_cross_entropy(layout):
     nsp_label = torch.tensor([0, 1, 1, 0])
     expected_mlm = F.cross_entropy(logits, targets)
     expected_accuracy = (logits.argmax(-1) == targets).float().mean()
-    losses = pretraining_loss(logits.clone(), targets, nsp_logits, nsp_label)
+    losses = pretraining_loss(logits.clone(), targets, nsp_logits, nsp_label, tp_group=layout.tp_group)
     torch.testing.assert_close(losses.mlm_loss, expected_mlm)
     torch.testing.assert_close(losses.mlm_accuracy, expected_accuracy)
     torch.testing.assert_close(losses.nsp_loss, F.cross_entropy(nsp_logits, nsp_label))
@@ -23,12 +23,12 @@ def test_loss_matches_plain_cross_entropy(layout):
 
 def test_mlm_only_has_no_nsp_terms(layout):
     logits = torch.randn(5, 12)
-    losses = pretraining_loss(logits.clone(), torch.arange(5))
+    losses = pretraining_loss(logits.clone(), torch.arange(5), tp_group=layout.tp_group)
     assert losses.nsp_loss is None and losses.nsp_accuracy is None
     torch.testing.assert_close(losses.loss, losses.mlm_loss)
 
 
 def test_empty_selection_gives_zero_loss_with_a_graph(layout):
     logits = torch.randn(0, 12, requires_grad=True)
-    losses = pretraining_loss(logits, torch.zeros(0, dtype=torch.long))
+    losses = pretraining_loss(logits, torch.zeros(0, dtype=torch.long), tp_group=layout.tp_group)
     assert losses.mlm_loss.item() == 0.0 and losses.mlm_loss.requires_grad

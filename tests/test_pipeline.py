@@ -53,7 +53,8 @@ def _plain_reference(config, batches, with_nsp):
     for batch in batches:
         out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["loss_mask"])
         losses = pretraining_loss(
-            out.mlm_logits, batch["labels"][batch["loss_mask"]], out.nsp_logits, batch.get("next_sentence_label")
+            out.mlm_logits, batch["labels"][batch["loss_mask"]], out.nsp_logits, batch.get("next_sentence_label"),
+            tp_group=layout.tp_group,
         )
         (losses.loss / len(batches)).backward()  # gradients accumulate to the micro-batch mean
         for name in ("loss", "mlm_loss", "nsp_loss"):

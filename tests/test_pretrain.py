@@ -68,6 +68,7 @@ def test_tp2_and_pp2_match_one_process(tmp_path, cache):
     assert_golden("pretrain-dp2-zero2-no-dropout", [m["loss"] for m in data_parallel])
 
 
+@pytest.mark.parametrize("extra", [["--zero-stage", "2"], ["--pipeline-parallel", "2"]], ids=["dp2-zero2", "pp2"])
 def test_resume_is_exact(tmp_path, cache, extra):
     """A resumed run continues the losses bitwise, and the held-out series (one file, appended)."""
     extra = extra + ["--eval-interval", "2", "--eval-samples", "16"]

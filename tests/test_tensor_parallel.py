@@ -25,7 +25,8 @@ def _step(model, batch, tp_group):
         mlm_logits = torch.cat(pieces, dim=-1)
     nsp_logits = out.nsp_logits.detach().clone()
     losses = pretraining_loss(
-        out.mlm_logits, batch["labels"][batch["loss_mask"]], out.nsp_logits, batch["next_sentence_label"]
+        out.mlm_logits, batch["labels"][batch["loss_mask"]], out.nsp_logits, batch["next_sentence_label"],
+        tp_group=tp_group,
     )
     losses.loss.backward()
     grads = {name: p.grad for name, p in model.named_parameters()}
@@ -109,7 +110,8 @@ def _dropout_worker(rank, out_dir):
     with layout.rng_tracker.fork():
         draw = torch.rand(8)
     losses = pretraining_loss(
-        out.mlm_logits, batch["labels"][batch["loss_mask"]], out.nsp_logits, batch["next_sentence_label"]
+        out.mlm_logits, batch["labels"][batch["loss_mask"]], out.nsp_logits, batch["next_sentence_label"],
+        tp_group=layout.tp_group,
     )
     torch.save(dict(loss=losses.loss.detach(), draw=draw, hidden=out.sequence_output.detach()), f"{out_dir}/rank{rank}.pt")
 

@@ -17,7 +17,7 @@ def _global_batch():
 
 
 def _worker(rank, out_dir, world, zero_stage):
-    from bert_ds import pretrain
+    from bert_ds.training import job
     from bert_ds.training.steps import plain_step, reduce_step_results
 
     run = parse_args([
@@ -25,12 +25,12 @@ def _worker(rank, out_dir, world, zero_stage):
         "--zero-stage", str(zero_stage), "--dropout", "0", "--warmup-steps", "0", "--train-steps", "10",
     ])
     # The engine's own setup; a vocabulary of 128 needs no padding, so no tokenizer is needed.
-    model_config, layout = pretrain.setup_parallel(run, SimpleNamespace(vocab_size=VOCAB))
-    engine, model, _ = pretrain.setup_engine(run, model_config, layout)
+    model_config, layout = job.setup_parallel(run, SimpleNamespace(vocab_size=VOCAB))
+    engine, model, _ = job.setup_engine(run, model_config, layout)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     halves = _global_batch()
     mine = halves if world == 1 else [halves[rank]]  # one process accumulates both halves
-    result = plain_step(engine, iter(mine), accumulation=len(mine), device=layout.device)
+    result = plain_step(engine, iter(mine), accumulation=len(mine), layout=layout)
     total = reduce_step_results(result, layout, pipeline=False)
     weights = {name: p.detach().clone() for name, p in model.named_parameters()}
     if rank == 0:

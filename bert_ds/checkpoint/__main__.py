@@ -14,11 +14,8 @@ import argparse
 import sys
 from typing import Callable
 
-from bert_ds.checkpoint.zero import CheckpointError
-from bert_ds.config import ConfigError
-from bert_ds.data.tokenizer import TokenizerError
+from bert_ds.errors import USER_ERRORS, report
 
-USER_ERRORS = (CheckpointError, TokenizerError, ConfigError, OSError)
 
 
 def _import_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,9 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         args.run(args)
-    except USER_ERRORS as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (*USER_ERRORS, OSError) as error:
+        return report(error)
     return 0
 
 

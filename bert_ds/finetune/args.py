@@ -11,63 +11,95 @@ import argparse
 import dataclasses
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
-from bert_ds.config import PRESETS, ConfigError
-from bert_ds.data.tokenizer import add_lowercase_argument
-from bert_ds.training.args import add_precision_argument, micro_batch_size
+from bert_ds.config import PRESETS, ConfigError, valid_seed
+from bert_ds.options import add_options, option
+from bert_ds.precision import PRECISIONS
+from bert_ds.training.args import micro_batch_size
 
 PAPER_GRID = dict(batch_sizes=(16, 32), lrs=(5e-5, 3e-5, 2e-5), epochs=(2, 3, 4))
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(","))
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(","))
+
+
+# Fine-tuning takes ZeRO 0-2: predict() gives the DP ranks different numbers of batches, and a
+# ZeRO-3 forward is collective (every rank gathers each layer's weights), so it would wait forever.
+FINETUNE_ZERO_STAGES = [0, 1, 2]
+
+
 @dataclass
 class FinetuneConfig:
-    """One fine-tuning job: every run of its grid and restarts."""
+    """One fine-tuning job: every run of its grid and restarts. Each field is one command-line
+    option of the fine-tuning entrypoints (bert_ds/options.py), its docstring the --help."""
 
     output: str
     """Folder for results.json, predictions and the selected model."""
     init: Optional[str] = None
-    """A bert_ds checkpoint (ZeRO or portable) or a Hugging Face BERT folder; None: random weights."""
-    preset: str = "large"
-    """Model size when there is no --init (with --init the checkpoint decides)."""
+    """A bert_ds checkpoint (ZeRO or portable) or a Hugging Face BERT folder; none: random weights."""
+    preset: str = field(default="large", metadata=option(choices=sorted(PRESETS)))
+    """Model size without --init (with --init the checkpoint decides)."""
     tokenizer: Optional[str] = None
-    """Tokenizer; default: the one stored with --init."""
+    """Tokenizer (default: the one stored with --init)."""
     lowercase: Optional[bool] = None
-    """Override a WordPiece vocabulary's casing (None: the vocabulary's own)."""
+    """Lowercase and strip accents before WordPiece lookup (default: the vocabulary's own casing)."""
     tensor_parallel: int = 1
+    """Tensor-parallel size TP."""
     deepspeed_config: str = "zero1"
-    zero_stage: Optional[int] = None
-    precision: str = "auto"
-    """auto, fp32, bf16 or fp16 (bert_ds/precision.py decides what `auto` means here)."""
-    max_seq_length: int = 128
+    """A ds_configs/ name or a JSON path."""
+    zero_stage: Optional[int] = field(default=None, metadata=option(choices=FINETUNE_ZERO_STAGES))
+    """Override the DeepSpeed config's ZeRO stage (0-2: see FINETUNE_ZERO_STAGES)."""
+    precision: str = field(default="auto", metadata=option(choices=PRECISIONS))
+    """auto, fp32, bf16 or fp16 (bert_ds/precision.py decides what auto means on this machine)."""
+    max_seq_length: int = field(default=128, metadata=option(parser_default=None))
+    """Tokens per sequence (default: per task: 128 for GLUE and SWAG, 384 for SQuAD)."""
     batch_size: int = 32
     """Global batch size (micro batch x DP x accumulation)."""
-    micro_batch_size: Optional[int] = None
-    """Per-rank micro batch; None (`auto`): the largest divisor of the per-rank batch up to the
-    model's ceiling (training/batch_plan.py)."""
+    micro_batch_size: Optional[int] = field(default=None, metadata=option(parse=micro_batch_size))
+    """Per-rank micro batch, or auto: the largest that divides the per-rank batch up to the model's
+    ceiling (training/batch_plan.py; default auto)."""
     lr: float = 2e-5
+    """Peak learning rate."""
     epochs: int = 3
+    """Training epochs."""
     warmup_proportion: float = 0.1
+    """Share of the steps for linear warm-up (then linear decay to 0)."""
     weight_decay: float = 0.01
+    """Decoupled weight decay of the weight matrices."""
     clip_grad: float = 1.0
+    """Gradient-norm clipping threshold (0 turns it off)."""
     dropout: Optional[float] = None
-    """Hidden/attention/classifier dropout; None keeps the model's (0.1)."""
+    """Hidden, attention and classifier dropout (default: the model's 0.1)."""
     seed: int = 42
+    """Seed of the first run; restarts use seed+1, seed+2, ..."""
     grid: bool = False
-    grid_batch_sizes: tuple[int, ...] = PAPER_GRID["batch_sizes"]
-    grid_lrs: tuple[float, ...] = PAPER_GRID["lrs"]
-    grid_epochs: tuple[int, ...] = PAPER_GRID["epochs"]
+    """The paper's grid: batch {16,32} x lr {5e-5,3e-5,2e-5} x epochs {2,3,4}, the best on dev kept."""
+    grid_batch_sizes: tuple[int, ...] = field(default=PAPER_GRID["batch_sizes"], metadata=option(parse=_ints))
+    """Comma-separated batch sizes of --grid."""
+    grid_lrs: tuple[float, ...] = field(default=PAPER_GRID["lrs"], metadata=option(parse=_floats))
+    """Comma-separated learning rates of --grid."""
+    grid_epochs: tuple[int, ...] = field(default=PAPER_GRID["epochs"], metadata=option(parse=_ints))
+    """Comma-separated epoch counts of --grid."""
     restarts: int = 1
+    """Runs per setting with different seeds (the best on dev is kept)."""
     eval_batch_size: int = 64
-    save_model: bool = True
-    """Keep the selected run's weights as a portable checkpoint (OUTPUT/model), exportable to HF."""
-    dry_run: Optional[str] = None
-    """Print the launch plan for this device kind (auto, gpu or cpu) and exit; None: train."""
+    """Sequences per forward when predicting dev and test."""
+    save_model: bool = field(default=True, metadata=option(flag="--no-save-model"))
+    """--no-save-model: do not keep the selected run's weights (OUTPUT/model, a portable checkpoint exportable to HF)."""
+    dry_run: Optional[str] = field(default=None, metadata=option(nargs="?", const="auto", choices=["auto", "gpu", "cpu"]))
+    """Print the launch plan for this device (auto), or for GPUs or CPUs, and exit: 0 if the job
+    would start, 2 otherwise."""
     world_size: Optional[int] = None
     """Processes the plan is for (default: from the launcher's variables)."""
     plan_json: Optional[str] = None
-    """Also write the resolved plan as JSON to this path."""
+    """Also write the resolved launch plan as JSON to this path."""
 
     def settings(self) -> list["RunSettings"]:
         """Every (batch, lr, epochs, seed) to run, grid settings in order, restarts innermost."""
@@ -102,48 +134,21 @@ def batch_plan(job: FinetuneConfig, settings: RunSettings, data_parallel: int, m
     return plan_batches(settings.batch_size, job.micro_batch_size, data_parallel, ceiling, option="--batch-size")
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    return tuple(float(x) for x in text.split(","))
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(","))
+SECTIONS = {
+    "starting point": ("output", "init", "preset", "tokenizer", "lowercase"),
+    "parallelism and DeepSpeed": ("tensor_parallel", "deepspeed_config", "zero_stage", "precision"),
+    "recipe": ("max_seq_length", "batch_size", "micro_batch_size", "lr", "epochs", "warmup_proportion", "weight_decay",
+               "clip_grad", "dropout", "seed"),
+    "grid and restarts": ("grid", "grid_batch_sizes", "grid_lrs", "grid_epochs", "restarts"),
+    "predictions and outputs": ("eval_batch_size", "save_model"),
+    "launch plan": ("dry_run", "world_size", "plan_json"),
+}
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add("--output", required=True, help="folder for results.json, predictions and the selected model")
-    add("--init", default=None, help="bert_ds checkpoint (ZeRO or portable) or Hugging Face BERT folder")
-    add("--preset", default="large", choices=sorted(PRESETS), help="model size without --init")
-    add("--tokenizer", default=None, help="tokenizer (default: the one stored with --init)")
-    add_lowercase_argument(parser)
-    add("--tensor-parallel", type=int, default=1, help="tensor-parallel size")
-    add("--deepspeed-config", default="zero1", help="ds_configs/ name or JSON path")
-    add("--zero-stage", type=int, default=None, choices=[0, 1, 2], help="override the config's ZeRO stage")
-    add_precision_argument(parser)
-    add("--max-seq-length", type=int, default=None, help="tokens per sequence (default: per task)")
-    add("--batch-size", type=int, default=32, help="global batch size")
-    add("--micro-batch-size", type=micro_batch_size, default=None,
-        help="per-rank micro batch, or auto: the largest that divides the per-rank batch up to the model's ceiling (default auto)")
-    add("--lr", type=float, default=2e-5, help="peak learning rate")
-    add("--epochs", type=int, default=3, help="training epochs")
-    add("--warmup-proportion", type=float, default=0.1, help="share of steps for linear warm-up")
-    add("--weight-decay", type=float, default=0.01)
-    add("--clip-grad", type=float, default=1.0)
-    add("--dropout", type=float, default=None, help="dropout (default: the model's 0.1)")
-    add("--seed", type=int, default=42, help="seed of the first run; restarts use seed+1, seed+2, ...")
-    add("--grid", action="store_true", help="the paper's grid: batch {16,32} x lr {5e-5,3e-5,2e-5} x epochs {2,3,4}")
-    add("--grid-batch-sizes", type=_ints, default=PAPER_GRID["batch_sizes"], help="comma-separated, with --grid")
-    add("--grid-lrs", type=_floats, default=PAPER_GRID["lrs"], help="comma-separated, with --grid")
-    add("--grid-epochs", type=_ints, default=PAPER_GRID["epochs"], help="comma-separated, with --grid")
-    add("--restarts", type=int, default=1, help="runs per setting with different seeds (best on dev kept)")
-    add("--eval-batch-size", type=int, default=64)
-    add("--no-save-model", dest="save_model", action="store_false", help="do not keep the selected model")
-    add("--dry-run", nargs="?", const="auto", default=None, choices=["auto", "gpu", "cpu"],
-        help="print the launch plan for this device (auto), or for GPUs or CPUs, and exit: 0 if the job would start, 2 otherwise")
-    add("--world-size", type=int, default=None, help="processes to plan for (default: the launcher's variables)")
-    add("--plan-json", default=None, help="also write the resolved launch plan as JSON to this path")
-    add("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
+    """Every FinetuneConfig option (the task entrypoints add their own data options first)."""
+    add_options(parser, FinetuneConfig, SECTIONS)
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
 
 
 MAX_RUNS = 10_000  # grid settings x restarts: more is a typo, not a plan
@@ -172,7 +177,7 @@ def config_from_args(args: argparse.Namespace, default_seq_length: int) -> Finet
         ("--micro-batch-size", job.micro_batch_size is None or job.micro_batch_size >= 1),
         ("--clip-grad", math.isfinite(job.clip_grad) and job.clip_grad >= 0),
         ("--weight-decay", math.isfinite(job.weight_decay) and job.weight_decay >= 0),
-        ("--seed", 0 <= job.seed < 2**32),
+        ("--seed", valid_seed(job.seed)),
         ("--world-size", job.world_size is None or job.world_size >= 1),
     ]
     bad = [name for name, ok in checks if not ok]

@@ -57,11 +57,6 @@ class RunResult:
     score: float
 
 
-def say(layout, text: str) -> None:
-    if layout.rank == 0:
-        print(text, flush=True)
-
-
 def build_model(start, task: TaskData, layout, seed: int):
     """The encoder with --init's weights (or BERT's init) and a fresh head drawn from `seed`."""
     from bert_ds.checkpoint.portable_load import load_portable_weights
@@ -153,7 +148,7 @@ def run_once(job: FinetuneConfig, task: TaskData, start, layout, settings: RunSe
     steps = math.ceil(len(task.train) / settings.batch_size)
     engine, plan, notes = _engine(job, settings, model, layout, steps * settings.epochs, start.model_config, task)
     for note in notes:
-        say(layout, note)
+        layout.say(note)
     pad_id = start.tokenizer.pad_id
     history = []
     for epoch in range(settings.epochs):
@@ -170,7 +165,7 @@ def run_once(job: FinetuneConfig, task: TaskData, start, layout, settings: RunSe
             dev_metrics[name], dev_predictions[name] = task.evaluate(name, outputs)
         history.append(dict(epoch=epoch + 1, train_loss=train_loss, dev=dev_metrics, seconds=time.perf_counter() - began))
         shown = "; ".join(f"{n} " + ", ".join(f"{k} {v:.4f}" for k, v in m.items() if isinstance(v, float)) for n, m in dev_metrics.items())
-        say(layout, f"epoch {epoch + 1}/{settings.epochs} | train loss {train_loss:.4f} | dev {shown} | {history[-1]['seconds']:.0f}s")
+        layout.say(f"epoch {epoch + 1}/{settings.epochs} | train loss {train_loss:.4f} | dev {shown} | {history[-1]['seconds']:.0f}s")
     test_outputs = {name: predict(engine, features, task, layout, pad_id, job.eval_batch_size) for name, features in task.test.items()}
     result = RunResult(settings, dev_metrics, history, dev_predictions, test_outputs, task.select(dev_metrics))
     keep(result, engine, model)
@@ -184,16 +179,16 @@ def run_job(job: FinetuneConfig, task: TaskData, start, layout) -> dict:
     from bert_ds.finetune.outputs import ModelKeeper, precision_record, write_results
 
     settings = job.settings()
-    say(layout, f"{task.name}: {len(task.train)} training features, "
+    layout.say(f"{task.name}: {len(task.train)} training features, "
         + ", ".join(f"{n} {len(f)}" for n, f in {**task.dev, **task.test}.items())
         + f"; {len(settings)} run(s); starting from {start.description}")
     precision = precision_record(job, layout)
     # A slow choice's warning comes with each run's engine notes.
-    say(layout, f"precision: {precision['name']} on {'CPU' if layout.device.type == 'cpu' else 'GPU'}: {precision['reason']}")
+    layout.say(f"precision: {precision['name']} on {'CPU' if layout.device.type == 'cpu' else 'GPU'}: {precision['reason']}")
     keeper = ModelKeeper(job, task, start, layout)
     results = []
     for index, run in enumerate(settings):
-        say(layout, f"run {index + 1}/{len(settings)}: batch {run.batch_size}, lr {run.lr:g}, epochs {run.epochs}, seed {run.seed}")
+        layout.say(f"run {index + 1}/{len(settings)}: batch {run.batch_size}, lr {run.lr:g}, epochs {run.epochs}, seed {run.seed}")
         results.append(run_once(job, task, start, layout, run, keeper.offer))
     best = max(results, key=lambda r: r.score)
     summary = write_results(job, task, results, best, layout, precision)

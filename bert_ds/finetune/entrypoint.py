@@ -5,18 +5,10 @@ parallel layout, the task's runs, and user errors as one `error:` line (exit 2).
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from typing import Callable
 
-
-def user_errors() -> tuple:
-    from bert_ds.checkpoint.zero import CheckpointError
-    from bert_ds.config import ConfigError
-    from bert_ds.data.sources import DataError
-    from bert_ds.data.tokenizer import TokenizerError
-
-    return (ConfigError, DataError, TokenizerError, CheckpointError)
+from bert_ds.errors import USER_ERRORS, report
+from bert_ds.options import HelpFormatter, refuse_empty_values
 
 
 def main(
@@ -32,35 +24,26 @@ def main(
     `plan_data(args, job)` describes the task's data for the plan (a list of finetune.plan.TaskPlan)."""
     from bert_ds.finetune.args import add_common_arguments, config_from_args
 
-    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter)
     add_task_arguments(parser)
     add_common_arguments(parser)
-    from bert_ds.training.args import refuse_empty_values
-
     refuse_empty_values(parser, argv)
     args = parser.parse_args(argv)
     try:
         job = config_from_args(args, default_seq_length)
         if job.dry_run:
             return _dry_run(job, plan_data(args, job))
-    except user_errors() as error:
-        return _report(error)
+    except USER_ERRORS as error:
+        return report(error)
     try:
         run_tasks(args, job, *_setup(job))
-    except user_errors() as error:
-        return _report(error)
+    except USER_ERRORS as error:
+        return report(error)
     finally:
         from bert_ds.distributed import teardown_parallel
 
         teardown_parallel()
     return 0
-
-
-def _report(error: Exception) -> int:
-    rank = os.environ.get("RANK", "0")
-    prefix = f"[rank {rank}] " if os.environ.get("WORLD_SIZE", "1") != "1" else ""
-    print(f"{prefix}error: {error}", file=sys.stderr)
-    return 2
 
 
 def _dry_run(job, tasks) -> int:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script (the deepspeed launcher's way)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+if __package__ in (None, ""):  # run as a script (the deepspeed launcher's way): the repository root, not this folder
+    sys.path = [str(Path(__file__).resolve().parents[2])] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import numpy as np  # noqa: E402
 
@@ -149,7 +149,7 @@ def plan_data(args, job) -> list:
 def run_tasks(args, job, start, layout) -> dict:
     import dataclasses
 
-    from bert_ds.finetune.core import run_job, say
+    from bert_ds.finetune.core import run_job
     from bert_ds.finetune.metrics import glue_average
     from bert_ds.finetune.outputs import RESULTS, write_json
 
@@ -161,7 +161,7 @@ def run_tasks(args, job, start, layout) -> dict:
         if len(names) > 1:
             task_job = dataclasses.replace(task_job, output=str(Path(job.output) / name))
         Path(task_job.output).mkdir(parents=True, exist_ok=True)
-        task = build_task(name, data, start.tokenizer, job.max_seq_length, say=lambda text: say(layout, text))
+        task = build_task(name, data, start.tokenizer, job.max_seq_length, say=layout.say)
         summaries[name] = run_job(task_job, task, start, layout)
     if len(names) > 1 and layout.rank == 0:
         per_task = {}

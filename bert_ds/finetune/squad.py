@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-if __package__ in (None, ""):  # run as a script (the deepspeed launcher's way)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+if __package__ in (None, ""):  # run as a script (the deepspeed launcher's way): the repository root, not this folder
+    sys.path = [str(Path(__file__).resolve().parents[2])] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from bert_ds.finetune.tasks import FinetuneDataError  # noqa: E402
 
@@ -159,14 +159,14 @@ def build_task(version: str, specs: dict[str, str], tokenizer, max_length: int, 
 
 
 def run_tasks(args, job, start, layout) -> dict:
-    from bert_ds.finetune.core import run_job, say
+    from bert_ds.finetune.core import run_job
 
     specs = data_specs(args)
     check_options(args)
     Path(job.output).mkdir(parents=True, exist_ok=True)
     task = build_task(
         args.version, specs, start.tokenizer, job.max_seq_length, args.doc_stride, args.max_query_length,
-        args.n_best_size, args.max_answer_length, args.null_score_diff_threshold, say=lambda text: say(layout, text),
+        args.n_best_size, args.max_answer_length, args.null_score_diff_threshold, say=layout.say,
     )
     return run_job(job, task, start, layout)
 

@@ -16,8 +16,8 @@ import csv
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script (the deepspeed launcher's way)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+if __package__ in (None, ""):  # run as a script (the deepspeed launcher's way): the repository root, not this folder
+    sys.path = [str(Path(__file__).resolve().parents[2])] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import numpy as np  # noqa: E402
 
@@ -132,11 +132,11 @@ def build_task(data: str, tokenizer, max_length: int, say=print):
 
 
 def run_tasks(args, job, start, layout) -> dict:
-    from bert_ds.finetune.core import run_job, say
+    from bert_ds.finetune.core import run_job
 
     data = data_spec(args)
     Path(job.output).mkdir(parents=True, exist_ok=True)
-    task = build_task(data, start.tokenizer, job.max_seq_length, say=lambda text: say(layout, text))
+    task = build_task(data, start.tokenizer, job.max_seq_length, say=layout.say)
     return run_job(job, task, start, layout)
 
 

@@ -46,7 +46,7 @@ def attention_mask_to_masked_out(attention_mask: torch.Tensor, causal: bool) -> 
 class BertEmbeddings(MegatronModule):
     """word (vocab-parallel) + position + token type -> LayerNorm -> dropout."""
 
-    def __init__(self, config: ModelConfig, transformer_config, tp_group=None):
+    def __init__(self, config: ModelConfig, transformer_config, tp_group):
         super().__init__(config=transformer_config)
         std = config.init_method_std
         self.word_embeddings = VocabParallelEmbedding(
@@ -87,7 +87,7 @@ class BertPooler(torch.nn.Module):
 
 
 def _tp_group(pg_collection):
-    return pg_collection.tp if pg_collection is not None else None
+    return pg_collection.tp
 
 
 class BertModel(MegatronModule):
@@ -98,7 +98,7 @@ class BertModel(MegatronModule):
     """
 
     def __init__(
-        self, config: ModelConfig, transformer_config, layer_spec, add_pooler: bool = True, pg_collection=None
+        self, config: ModelConfig, transformer_config, layer_spec, add_pooler: bool = True, *, pg_collection
     ):
         super().__init__(config=transformer_config)
         self.model_config = config
@@ -140,7 +140,7 @@ class BertLMHead(MegatronModule):
     The decoder is vocab-parallel: each TP rank produces logits for its slice of the vocabulary.
     """
 
-    def __init__(self, config: ModelConfig, transformer_config, tp_group=None):
+    def __init__(self, config: ModelConfig, transformer_config, tp_group):
         super().__init__(config=transformer_config)
         self.dense = _normal_linear(config.hidden_size, config.hidden_size, config.init_method_std)
         self.layernorm = torch.nn.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon)
@@ -178,10 +178,10 @@ class BertForPretraining(MegatronModule):
     """BertModel + masked-LM head (+ next-sentence head unless `with_nsp=False`)."""
 
     def __init__(
-        self, config: ModelConfig, transformer_config, layer_spec, with_nsp: bool = True, pg_collection=None
+        self, config: ModelConfig, transformer_config, layer_spec, with_nsp: bool = True, *, pg_collection
     ):
         super().__init__(config=transformer_config)
-        self.bert = BertModel(config, transformer_config, layer_spec, with_nsp, pg_collection)
+        self.bert = BertModel(config, transformer_config, layer_spec, with_nsp, pg_collection=pg_collection)
         self.lm_head = BertLMHead(config, transformer_config, _tp_group(pg_collection))
         self.nsp_head = _normal_linear(config.hidden_size, 2, config.init_method_std) if with_nsp else None
 

@@ -30,7 +30,7 @@ class BertForFinetuning(MegatronModule):
     """BertModel + one head; forward returns logits (see `forward`)."""
 
     def __init__(
-        self, config: ModelConfig, transformer_config, layer_spec, kind: TaskKind, num_labels: int = 2, pg_collection=None
+        self, config: ModelConfig, transformer_config, layer_spec, kind: TaskKind, num_labels: int = 2, *, pg_collection
     ):
         super().__init__(config=transformer_config)
         if kind not in KINDS:

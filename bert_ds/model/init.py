@@ -22,7 +22,9 @@ def _generator(seed: int, name: str) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF)
 
 
-def _is_norm(name: str) -> bool:
+def is_norm_parameter(name: str) -> bool:
+    """A LayerNorm weight or bias, by parameter name (BERT initialises them to 1 and 0 and
+    exempts them from weight decay, training/optim.py)."""
     lowered = name.lower()
     return "layernorm" in lowered or "norm." in lowered
 
@@ -33,7 +35,7 @@ def initial_full_tensor(full_name: str, shape, std: float, seed: int) -> torch.T
     BERT's init: LayerNorm weight 1 and bias 0, other biases 0, every other tensor N(0, std) drawn
     from a generator seeded by (seed, full_name), so it does not depend on what else is built.
     """
-    if _is_norm(full_name):
+    if is_norm_parameter(full_name):
         return torch.full(tuple(shape), 1.0 if full_name.endswith("weight") else 0.0)
     if full_name.endswith("bias"):
         return torch.zeros(tuple(shape))

@@ -27,8 +27,22 @@ class PretrainingLoss:
     nsp_accuracy: Optional[torch.Tensor]
 
 
+def _megatron_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tp_group) -> torch.Tensor:
+    """megatron's vocab-parallel cross-entropy, per row.
+
+    The one place bert_ds relies on megatron's globals: megatron-core 0.16's
+    vocab_parallel_cross_entropy takes no group and always reduces over parallel_state's TP group
+    (distributed.init_parallel sets it up, and ParallelLayout.tp_group is that very group). Every
+    other collective here takes the group it is given, so a different group is refused here
+    rather than reduced over the wrong ranks.
+    """
+    if tp_group is not parallel_state.get_tensor_model_parallel_group():
+        raise ValueError("the MLM loss reduces over megatron's global tensor-parallel group; pass that group (layout.tp_group)")
+    return vocab_parallel_cross_entropy(logits, targets)
+
+
 @torch.no_grad()
-def vocab_parallel_accuracy(logits: torch.Tensor, targets: torch.Tensor, tp_group=None) -> torch.Tensor:
+def vocab_parallel_accuracy(logits: torch.Tensor, targets: torch.Tensor, tp_group) -> torch.Tensor:
     """Fraction of rows whose target has the top logit, with the vocabulary split over TP ranks.
 
     logits: [n, vocab / tp] (this rank's slice); targets: [n] full-vocabulary ids. Only two
@@ -36,7 +50,6 @@ def vocab_parallel_accuracy(logits: torch.Tensor, targets: torch.Tensor, tp_grou
     """
     if targets.numel() == 0:
         return logits.new_zeros(())
-    tp_group = tp_group or parallel_state.get_tensor_model_parallel_group()
     part = logits.shape[-1]
     start = dist.get_rank(tp_group) * part if dist.get_world_size(tp_group) > 1 else 0
     best = logits.amax(dim=-1)  # (max(dim) also finds indices: 6x slower at [n, 30k])
@@ -54,7 +67,8 @@ def pretraining_loss(
     mlm_targets: torch.Tensor,
     nsp_logits: Optional[torch.Tensor] = None,
     next_sentence_label: Optional[torch.Tensor] = None,
-    tp_group=None,
+    *,
+    tp_group,
 ) -> PretrainingLoss:
     """MLM cross-entropy over the selected positions (+ NSP cross-entropy when given).
 
@@ -72,7 +86,7 @@ def pretraining_loss(
         # No selected token in this micro-batch: a zero that still reaches every head parameter.
         mlm_loss = mlm_logits.sum() * 0.0
     else:
-        mlm_loss = vocab_parallel_cross_entropy(mlm_logits, mlm_targets).mean()
+        mlm_loss = _megatron_cross_entropy(mlm_logits, mlm_targets, tp_group).mean()
     loss, nsp_loss, nsp_accuracy = mlm_loss, None, None
     if nsp_logits is not None and next_sentence_label is not None:
         nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label)
@@ -91,7 +105,8 @@ def evaluation_sums(
     mlm_targets: torch.Tensor,
     nsp_logits: Optional[torch.Tensor] = None,
     next_sentence_label: Optional[torch.Tensor] = None,
-    tp_group=None,
+    *,
+    tp_group,
 ) -> torch.Tensor:
     """Sums for held-out metrics, float64 [EVAL_SUM_FIELDS]: summed, not averaged, so that any
     split of the evaluation set into micro-batches and ranks adds up to the same means (a token-
@@ -105,7 +120,7 @@ def evaluation_sums(
     count = mlm_targets.numel()
     if count:
         sums[1] = vocab_parallel_accuracy(mlm_logits, mlm_targets, tp_group).double() * count
-        sums[0] = vocab_parallel_cross_entropy(mlm_logits, mlm_targets).double().sum()  # consumes the logits
+        sums[0] = _megatron_cross_entropy(mlm_logits, mlm_targets, tp_group).double().sum()  # consumes the logits
         sums[2] = count
     if nsp_logits is not None and next_sentence_label is not None:
         real = next_sentence_label >= 0

@@ -76,7 +76,7 @@ class TiedWordEmbedding(torch.nn.Module):
     the last stage holds no parameter without a gradient. Same attribute name as BertEmbeddings.
     """
 
-    def __init__(self, config: ModelConfig, tconfig, tp_group=None):
+    def __init__(self, config: ModelConfig, tconfig, tp_group):
         super().__init__()
         self.word_embeddings = VocabParallelEmbedding(
             config.vocab_size, config.hidden_size, init_method=tconfig.init_method, config=tconfig, tp_group=tp_group
@@ -128,7 +128,7 @@ class BertPretrainingHeadsPipe(torch.nn.Module):
 
     full_prefix = {"lm_head": "lm_head", "pooler": "bert.pooler", "nsp_head": "nsp_head"}
 
-    def __init__(self, config: ModelConfig, tconfig, with_nsp: bool, tp_group=None):
+    def __init__(self, config: ModelConfig, tconfig, with_nsp: bool, tp_group):
         super().__init__()
         self.lm_head = BertLMHead(config, tconfig, tp_group)
         self.pooler = BertPooler(config) if with_nsp else None

@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bert_ds.config import PRESETS, ConfigError, DataConfig, ModelConfig, model_preset
-from bert_ds.data.splitters import DEFAULT_SPLITTER, SPLITTERS
-from bert_ds.data.tokenizer import add_lowercase_argument
+from bert_ds.config import PRESETS, SENTENCE_SPLITTERS, ConfigError, DataConfig, ModelConfig, model_preset
+from bert_ds.options import HelpFormatter, add_options, option, refuse_empty_values
+from bert_ds.precision import PRECISIONS
 
 # The paper: batch 256 x 512 tokens... as 256 sequences, Adam lr 1e-4, 10k warm-up, 1M steps.
 # The micro batch is not here: by default `auto` picks it per layout (training/batch_plan.py).
@@ -29,71 +29,118 @@ TRAINING_DEFAULTS = {
 }
 
 
+def micro_batch_size(text: str) -> Optional[int]:
+    """`auto` (None) or a positive integer, for --micro-batch-size."""
+    if text == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (or auto), got {value}")
+    return value
+
+
+BY_PRESET = dict(parser_default=None)
+"""Metadata of a field whose default is the preset's (TRAINING_DEFAULTS): absent from the command
+line it is None until parse_args fills it in."""
+
+
 @dataclass
 class RunConfig:
-    """Everything one pre-training run needs; built by `parse_args`."""
+    """Everything one pre-training run needs; built by `parse_args`. Each field is one command-line
+    option (bert_ds/options.py): its docstring is the option's --help, SECTIONS groups them."""
 
-    preset: str = "tiny"
-    """Model size: tiny, mini, small, base or large."""
+    preset: str = field(default="tiny", metadata=option(choices=sorted(PRESETS)))
+    """Model size: tiny, mini, small, base or large (bert_ds/config.py PRESETS)."""
     tensor_parallel: int = 1
     """Tensor-parallel size TP (megatron-core layers)."""
     pipeline_parallel: int = 1
     """Pipeline-parallel size PP (DeepSpeed PipelineModule)."""
-    deepspeed_config: str = "zero1"
-    """A ds_configs/ name (zero1, zero2, zero3, pipeline, zero2_offload, ...) or a JSON path."""
-    zero_stage: Optional[int] = None
-    """Override of the config's ZeRO stage (0-3)."""
-    precision: str = "auto"
-    """auto, fp32, bf16 or fp16: bf16 where this device multiplies bf16 fast (bert_ds/precision.py)."""
+    deepspeed_config: str = field(default="zero1", metadata=option(parser_default=None))
+    """A ds_configs/ name (zero1, zero2, zero3, pipeline, zero2_offload, ...) or a JSON path
+    (default: zero1; pipeline for PP > 1)."""
+    zero_stage: Optional[int] = field(default=None, metadata=option(choices=[0, 1, 2, 3]))
+    """Override the DeepSpeed config's ZeRO stage."""
+    precision: str = field(default="auto", metadata=option(choices=PRECISIONS))
+    """auto: bf16 on GPUs and on CPUs with a bf16 matrix instruction (AMX, AVX512-BF16), fp32
+    elsewhere; bf16/fp16 are DeepSpeed mixed precision with fp32 master weights (fp16: GPUs only)."""
     data: list[str] = field(default_factory=lambda: ["sample"])
-    """Sources `[NAME=]LOCATION[@WEIGHT][#LAYOUT]`; "sample" is the built-in corpus."""
-    sentence_splitter: str = DEFAULT_SPLITTER
-    """The sentence splitter of the data pipeline (data/splitters.py)."""
+    """Sources [NAME=]LOCATION[@WEIGHT][#LAYOUT]; LAYOUT: book, article, sentences[:N] or lines
+    (default by kind: sentences:256 for the hub's BookCorpus, article for other hub data and
+    JSON/Parquet, book for .txt); "sample" is the built-in corpus."""
+    sentence_splitter: str = field(default=DataConfig.sentence_splitter, metadata=option(choices=SENTENCE_SPLITTERS))
+    """How paragraphs are cut into NSP's sentences (data/splitters.py)."""
+    mask_prob: float = DataConfig.mask_prob
+    """Share of non-special tokens selected for masked-LM prediction."""
+    short_seq_prob: float = DataConfig.short_seq_prob
+    """Probability of a shorter target length for an NSP pair."""
+    block_documents: int = DataConfig.block_documents
+    """Documents read, paired and shuffled together; NotNext partners come from the same block.
+    A resume re-reads at most one block."""
+    txt_documents: str = field(default=DataConfig.txt_documents, metadata=option(choices=["file", "blank_line"]))
+    """.txt sources of layout `book`: one document per file, or one per blank-line separated block."""
     eval_data: Optional[list[str]] = None
-    """Held-out sources (the --data syntax); default with the sample: its held-out articles."""
+    """Held-out sources, the --data syntax (default with the sample: its held-out Wikipedia articles)."""
     eval_interval: Optional[int] = None
-    """Evaluate every this many steps (None: no evaluation)."""
+    """Evaluate on the held-out set every N steps (default: never)."""
     eval_samples: Optional[int] = None
-    """Examples in the evaluation set (None: up to DEFAULT_EVAL_SAMPLES, as many as the data holds)."""
+    """Examples in the held-out set (default: up to 1000, as many as the data holds)."""
     eval_only: bool = False
     """Evaluate the loaded checkpoint (or the initial weights) once and exit; nothing is trained or saved."""
     target_mlm_accuracy: Optional[float] = None
-    """Stop (with a checkpoint) at the first evaluation reaching this held-out masked-LM accuracy."""
+    """Stop with a checkpoint at the first evaluation reaching this held-out masked-LM accuracy (MLPerf: 0.72)."""
     keep_best: bool = False
-    """Checkpoint at every evaluation that improves held-out masked-LM accuracy and keep the best
+    """Also checkpoint every evaluation that improves held-out masked-LM accuracy and keep the best
     one apart from --keep-last (best.json names it)."""
     tokenizer: Optional[str] = None
     """sentencepiece .model, vocab.txt, a folder, or bert-base-uncased / bert-base-cased (built in);
     default: bert-base-uncased for base/large on your own --data, a sentencepiece model trained
     on the built-in sample for the sample."""
     lowercase: Optional[bool] = None
-    """Override a WordPiece vocabulary's casing (None: the vocabulary's own, see data/wordpiece.py)."""
-    seq_length: int = 128
+    """Lowercase and strip accents before WordPiece lookup (default: the vocabulary's own casing, data/wordpiece.py)."""
+    seq_length: int = DataConfig.seq_length
     """Tokens per sequence ([CLS]/[SEP] included): 128 in the paper's phase 1, 512 in phase 2."""
-    micro_batch_size: Optional[int] = None
-    """Sequences per forward/backward on one rank; None (`auto`): chosen by the batch plan."""
-    global_batch_size: int = 16
-    """Sequences per optimizer step over all data-parallel ranks."""
-    train_steps: int = 100
-    lr: float = 1e-3
-    warmup_steps: int = 10
-    optimizer: str = "adamw"
-    """adamw (default) or lamb."""
+    micro_batch_size: Optional[int] = field(default=None, metadata=option(parse=micro_batch_size))
+    """Sequences per forward/backward on one rank, or auto: the largest that divides the per-rank
+    batch up to the preset's ceiling (training/batch_plan.py; default auto)."""
+    global_batch_size: int = field(default=None, metadata=BY_PRESET)
+    """Sequences per optimizer step over all data-parallel ranks (default: by preset)."""
+    train_steps: int = field(default=None, metadata=BY_PRESET)
+    """Optimizer steps (default: by preset)."""
+    lr: float = field(default=None, metadata=BY_PRESET)
+    """Peak learning rate (default: by preset)."""
+    warmup_steps: int = field(default=None, metadata=BY_PRESET)
+    """Linear warm-up steps, then linear decay to 0 at --train-steps (default: by preset)."""
+    optimizer: str = field(default="adamw", metadata=option(choices=["adamw", "lamb"]))
+    """adamw (the paper's Adam with decoupled weight decay) or lamb (large batches)."""
     weight_decay: float = 0.01
+    """Decoupled weight decay of the weight matrices (biases and LayerNorm are exempt)."""
     adam_beta1: float = 0.9
+    """Adam's first-moment decay."""
     adam_beta2: float = 0.999
+    """Adam's second-moment decay."""
     adam_eps: float = 1e-6
+    """Adam's epsilon (BERT's 1e-6)."""
     clip_grad: float = 1.0
     """Gradient-norm clipping threshold (0 turns it off)."""
-    objective: str = "mlm_nsp"
+    objective: str = field(default=DataConfig.objective, metadata=option(choices=["mlm_nsp", "mlm", "ltr"]))
+    """Table 5's objectives: masked LM + next sentence prediction, masked LM only, or left-to-right LM."""
     dropout: Optional[float] = None
-    """Hidden and attention dropout; None keeps the preset's 0.1."""
-    layer_norm_position: str = "post"
+    """Hidden and attention dropout (default: the preset's 0.1; 0 turns it off)."""
+    layer_norm_position: str = field(default="post", metadata=option(choices=["post", "pre"]))
+    """post: original BERT (LayerNorm after each residual add); pre: LayerNorm before each sub-layer."""
     activation_checkpointing: bool = False
-    dynamic_masking: bool = True
-    num_workers: int = 0
-    seed: int = 1234
+    """Recompute each layer's activations in backward: less memory, about 1/3 more compute."""
+    dynamic_masking: bool = field(default=DataConfig.dynamic_masking, metadata=option(flag="--static-masking"))
+    """--static-masking: one fixed mask per example (from the seed) instead of new masks each time it is drawn."""
+    num_workers: int = DataConfig.num_workers
+    """DataLoader worker processes per rank (0: batches are built in the training process)."""
+    seed: int = DataConfig.seed
+    """Seeds the weights, dropout, file order, pairing, shuffling and masking."""
     save: Optional[str] = None
+    """Checkpoint folder."""
     save_interval: int = 0
     """Steps between checkpoints (0: only at the end)."""
     keep_last: Optional[int] = None
@@ -117,17 +164,21 @@ class RunConfig:
     """Write each step's example ids to EXAMPLE_LOG.dpN (one file per data-parallel rank); on resume
     the log is cut back to the checkpoint's step, so it lists exactly the examples trained on."""
     log_interval: int = 10
+    """Steps between progress lines (console, --metrics-file, --tensorboard-dir)."""
     metrics_file: Optional[str] = None
+    """JSON Lines file, one object per logged step and per evaluation."""
     tensorboard_dir: Optional[str] = None
-    dry_run: Optional[str] = None
-    """Print the launch plan for this device kind (auto, gpu or cpu) and exit; None: train."""
+    """TensorBoard event folder (train/ and eval/ scalars)."""
+    dry_run: Optional[str] = field(default=None, metadata=option(nargs="?", const="auto", choices=["auto", "gpu", "cpu"]))
+    """Print the launch plan (sizes, batch, ZeRO, precision, tokenizer, data, memory) for this device
+    (auto), or for GPUs or CPUs, and exit: 0 if the run would start, 2 otherwise."""
     world_size: Optional[int] = None
     """Processes the plan is for (default: from the launcher's variables, as the real run)."""
     plan_from_step: Optional[int] = None
     """With --dry-run: plan as if resuming at this step, without looking for the checkpoint (a
     later phase planned before the earlier one ran)."""
     plan_json: Optional[str] = None
-    """Also write the resolved plan as JSON to this path (dry run or real run)."""
+    """Also write the resolved launch plan as JSON to this path (dry run or real run)."""
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         """The model for this run, with `vocab_size` from the tokenizer (padded for TP)."""
@@ -151,15 +202,18 @@ class RunConfig:
         )
 
     def data_config(self) -> DataConfig:
-        return DataConfig(
-            seq_length=self.seq_length,
-            micro_batch_size=self.micro_batch_size,
-            objective=self.objective,
-            dynamic_masking=self.dynamic_masking,
-            num_workers=self.num_workers,
-            sentence_splitter=self.sentence_splitter,
-            seed=self.seed,
-        )
+        """The data settings of this run: every DataConfig field is a RunConfig field (one option each)."""
+        return DataConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DataConfig)})
+
+    def validate(self) -> None:
+        """Every rule on the options alone, the data's included, as one ConfigError naming each
+        option that is wrong. Rules that need the world size and the tokenizer's vocabulary
+        (config.validate_layout, the batch plan) run in the launch plan, which a dry run shares."""
+        problems = _option_problems(self)
+        _check_evaluation(self, problems)
+        problems += self.data_config().problems(PRESETS[self.preset].max_position_embeddings)
+        if problems:
+            raise ConfigError("Invalid options: " + "; ".join(problems) + ".")
 
     def validate_batch(self, data_parallel: int) -> int:
         """Gradient-accumulation steps: global batch = micro batch x DP x accumulation."""
@@ -170,106 +224,32 @@ class RunConfig:
         return plan_batches(self.global_batch_size, self.micro_batch_size, data_parallel, self.micro_batch_size).accumulation
 
 
+# The parts of a job, as --help lists them (every option is in exactly one).
+SECTIONS = {
+    "model": ("preset", "dropout", "layer_norm_position", "activation_checkpointing"),
+    "parallelism and DeepSpeed": ("tensor_parallel", "pipeline_parallel", "deepspeed_config", "zero_stage", "precision"),
+    "data": ("data", "tokenizer", "lowercase", "seq_length", "objective", "mask_prob", "dynamic_masking", "short_seq_prob",
+             "block_documents", "txt_documents", "sentence_splitter", "num_workers", "seed"),
+    "batch and optimizer": ("global_batch_size", "micro_batch_size", "train_steps", "lr", "warmup_steps", "optimizer",
+                            "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "clip_grad"),
+    "held-out evaluation": ("eval_data", "eval_interval", "eval_samples", "eval_only", "target_mlm_accuracy", "keep_best"),
+    "checkpoints and resume": ("save", "save_interval", "keep_last", "load", "auto_resume", "stop_at_step", "phase_start_step",
+                               "fallback_to_previous"),
+    "logging and health": ("log_interval", "metrics_file", "tensorboard_dir", "example_log", "max_skipped_steps"),
+    "launch plan": ("dry_run", "world_size", "plan_from_step", "plan_json"),
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bert_ds/pretrain.py",
         description="Pre-train BERT (masked LM + next sentence prediction) with DeepSpeed and megatron-core.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
-    add = parser.add_argument
-    add("--preset", default="tiny", choices=sorted(PRESETS), help="model size")
-    add("--tensor-parallel", type=int, default=1, help="tensor-parallel size")
-    add("--pipeline-parallel", type=int, default=1, help="pipeline-parallel size")
-    add("--deepspeed-config", default=None, help="ds_configs/ name or JSON path (default zero1; pipeline for PP>1)")
-    add("--zero-stage", type=int, choices=[0, 1, 2, 3], default=None, help="override the config's ZeRO stage")
-    add_precision_argument(parser)
-    add("--data", nargs="+", default=["sample"],
-        help="sources [NAME=]LOCATION[@WEIGHT][#LAYOUT]; LAYOUT: book, article, sentences[:N] or lines "
-        "(default by kind: sentences:256 for the hub's BookCorpus, article for other hub data and JSON/Parquet, book for .txt)")
-    add("--sentence-splitter", default=DEFAULT_SPLITTER, choices=SPLITTERS, help="how paragraphs are cut into sentences")
-    add("--eval-data", nargs="+", default=None,
-        help="held-out sources, as --data (default with the sample: its held-out Wikipedia articles)")
-    add("--eval-interval", type=int, default=None, help="evaluate on the held-out set every N steps (default: never)")
-    add("--eval-samples", type=int, default=None, help="examples in the held-out set (default: up to 1000)")
-    add("--eval-only", action="store_true", help="evaluate the loaded checkpoint once and exit")
-    add("--target-mlm-accuracy", type=float, default=None,
-        help="stop with a checkpoint at the first evaluation reaching this held-out masked-LM accuracy (MLPerf: 0.72)")
-    add("--keep-best", action="store_true", help="also keep the checkpoint of the best evaluation (best.json)")
-    add("--tokenizer", default=None, help="sentencepiece .model, vocab.txt, folder, or bert-base-uncased / "
-        "bert-base-cased (default: bert-base-uncased for base/large on your own --data; the sample's own)")
-    add_lowercase_argument(parser)
-    add("--seq-length", type=int, default=128)
-    add("--micro-batch-size", type=micro_batch_size, default=None,
-        help="per rank, or auto: the largest that divides the per-rank batch up to the preset's ceiling (default auto)")
-    add("--global-batch-size", type=int, default=None, help="sequences per optimizer step (default: by preset)")
-    add("--train-steps", type=int, default=None, help="optimizer steps (default: by preset)")
-    add("--lr", type=float, default=None, help="peak learning rate (default: by preset)")
-    add("--warmup-steps", type=int, default=None, help="linear warm-up steps (default: by preset)")
-    add("--optimizer", default="adamw", choices=["adamw", "lamb"])
-    add("--weight-decay", type=float, default=0.01)
-    add("--clip-grad", type=float, default=1.0, help="gradient-norm clipping (0: off)")
-    add("--objective", default="mlm_nsp", choices=["mlm_nsp", "mlm", "ltr"])
-    add("--dropout", type=float, default=None, help="hidden and attention dropout (default 0.1; 0 turns it off)")
-    add("--layer-norm-position", default="post", choices=["post", "pre"])
-    add("--activation-checkpointing", action="store_true", help="recompute activations in backward")
-    add("--static-masking", action="store_true", help="one fixed mask per example (default: dynamic)")
-    add("--num-workers", type=int, default=0, help="DataLoader workers per rank")
-    add("--seed", type=int, default=1234)
-    add("--save", default=None, help="checkpoint folder")
-    add("--save-interval", type=int, default=0, help="steps between checkpoints (0: only at the end)")
-    add("--keep-last", type=int, default=None, help="keep only the newest N checkpoints")
-    add("--load", default=None, help="resume from the latest complete checkpoint in this folder")
-    add("--auto-resume", action="store_true", help="resume from --save when it holds a checkpoint")
-    add("--stop-at-step", type=int, default=None, help="stop after this step (checkpointing if --save), as if interrupted")
-    add("--phase-start-step", type=int, default=None,
-        help="a phase starting at this step (phase 2): refuse to start unless resuming from a checkpoint at or after it")
-    add("--fallback-to-previous", action="store_true", help="resume from the previous checkpoint if the latest is damaged")
-    add("--max-skipped-steps", type=int, default=20, help="stop after this many consecutive non-finite steps")
-    add("--example-log", default=None, help="log each step's example ids to PATH.dpN (for audits and tests)")
-    add("--log-interval", type=int, default=10)
-    add("--metrics-file", default=None, help="JSON Lines file, one object per logged step")
-    add("--tensorboard-dir", default=None)
-    add("--dry-run", nargs="?", const="auto", default=None, choices=["auto", "gpu", "cpu"],
-        help="print the launch plan (sizes, batch, ZeRO, precision, tokenizer, data, memory) for this device "
-        "(auto), or for GPUs or CPUs, and exit: 0 if the run would start, 2 otherwise")
-    add("--world-size", type=int, default=None, help="processes to plan for (default: the launcher's variables)")
-    add("--plan-from-step", type=int, default=None,
-        help="with --dry-run: plan as if resuming at this step (phase 2 planned before phase 1 ran)")
-    add("--plan-json", default=None, help="also write the resolved launch plan as JSON to this path")
+    add_options(parser, RunConfig, SECTIONS)
     # The deepspeed launcher appends --local_rank=N; LOCAL_RANK in the environment says the same.
-    add("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     return parser
-
-
-def add_precision_argument(parser: argparse.ArgumentParser) -> None:
-    from bert_ds.precision import PRECISIONS
-
-    parser.add_argument(
-        "--precision", default="auto", choices=PRECISIONS,
-        help="auto: bf16 on GPUs and on CPUs with a bf16 matrix instruction (AMX, AVX512-BF16), fp32 elsewhere; "
-        "bf16/fp16 are DeepSpeed mixed precision with fp32 master weights (fp16: GPUs only)")
-
-
-def micro_batch_size(text: str) -> Optional[int]:
-    """`auto` (None) or a positive integer, for --micro-batch-size."""
-    if text == "auto":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (or auto), got {value}")
-    return value
-
-
-def refuse_empty_values(parser: argparse.ArgumentParser, argv: Optional[list[str]]) -> None:
-    """Python 3.11's argparse reads `--option=--` as an empty list instead of a missing value."""
-    import sys
-
-    for token in sys.argv[1:] if argv is None else argv:
-        if token.startswith("--") and token.endswith("=--"):
-            parser.error(f"argument {token[:-3]}: expected one argument")
 
 
 def parse_args(argv: Optional[list[str]] = None) -> RunConfig:
@@ -277,17 +257,15 @@ def parse_args(argv: Optional[list[str]] = None) -> RunConfig:
     parser = _parser()
     refuse_empty_values(parser, argv)
     args = parser.parse_args(argv)
-    defaults = TRAINING_DEFAULTS[args.preset]
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig) if hasattr(args, f.name)}
-    for name, default in defaults.items():
-        if values.get(name) is None:
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
+    for name, default in TRAINING_DEFAULTS[args.preset].items():
+        if values[name] is None:
             values[name] = default
-    values["dynamic_masking"] = not args.static_masking
     if values["deepspeed_config"] is None:
         values["deepspeed_config"] = "pipeline" if args.pipeline_parallel > 1 else "zero1"
     _default_eval_data(values)
     run = RunConfig(**values)
-    _check(run)
+    run.validate()
     return run
 
 
@@ -324,12 +302,12 @@ def _check_evaluation(run: RunConfig, problems: list[str]) -> None:
         problems.append("--eval-only trains nothing: it takes no --target-mlm-accuracy or --keep-best")
 
 
-def _check(run: RunConfig) -> None:
+def _option_problems(run: RunConfig) -> list[str]:
     problems = []
     for name in ("train_steps", "global_batch_size", "log_interval", "max_skipped_steps"):
         if getattr(run, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(run, name)}")
-    for name in ("warmup_steps", "save_interval", "num_workers"):
+    for name in ("warmup_steps", "save_interval"):
         if getattr(run, name) < 0:
             problems.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(run, name)}")
     if not (math.isfinite(run.lr) and run.lr > 0):
@@ -338,6 +316,9 @@ def _check(run: RunConfig) -> None:
         value = getattr(run, name)
         if not (math.isfinite(value) and value >= 0):
             problems.append(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
+    for name in ("adam_beta1", "adam_beta2"):
+        if not 0.0 <= getattr(run, name) < 1.0:
+            problems.append(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(run, name)}")
     for name in ("stop_at_step", "phase_start_step", "world_size", "plan_from_step"):
         if getattr(run, name) is not None and getattr(run, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(run, name)}")
@@ -345,8 +326,6 @@ def _check(run: RunConfig) -> None:
         problems.append("--plan-from-step only goes with --dry-run")
     if run.phase_start_step is not None and not (run.load or run.auto_resume):
         problems.append("--phase-start-step needs the checkpoint to continue from (--load, or --save with --auto-resume)")
-    if not 0 <= run.seed < 2**32:
-        problems.append(f"--seed must be in [0, 2**32), got {run.seed}")
     if run.dropout is not None and not 0.0 <= run.dropout < 1.0:
         problems.append(f"--dropout must be in [0, 1), got {run.dropout}")
     if run.keep_last is not None and run.keep_last < 1:
@@ -355,8 +334,4 @@ def _check(run: RunConfig) -> None:
         problems.append("--auto-resume needs --save (the folder to resume from)")
     if run.load and run.auto_resume:
         problems.append("--load and --auto-resume exclude each other")
-    if run.pipeline_parallel > 1 and run.zero_stage is not None and run.zero_stage > 1:
-        problems.append(f"--zero-stage {run.zero_stage} cannot be combined with pipeline parallelism (use 0 or 1)")
-    _check_evaluation(run, problems)
-    if problems:
-        raise ConfigError("Invalid options: " + "; ".join(problems) + ".")
+    return problems

@@ -185,7 +185,7 @@ def _plain_sums(engine, eval_set: EvalSet, layout):
                 loss_mask = batch["loss_mask"]
                 out = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], loss_mask)
                 sums = evaluation_sums(out.mlm_logits, batch["labels"][loss_mask], out.nsp_logits,
-                                       batch.get("next_sentence_label"))
+                                       batch.get("next_sentence_label"), tp_group=layout.tp_group)
                 total = sums if total is None else total + sums
     finally:
         engine.train()

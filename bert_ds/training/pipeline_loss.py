@@ -61,10 +61,10 @@ class PretrainingLossFn:
         mlm_logits, nsp_logits, loss_mask = outputs
         next_sentence_label = labels[1] if len(labels) > 1 else None
         if self.metrics.evaluating:
-            sums = evaluation_sums(mlm_logits, labels[0][loss_mask], nsp_logits, next_sentence_label, self.tp_group)
+            sums = evaluation_sums(mlm_logits, labels[0][loss_mask], nsp_logits, next_sentence_label, tp_group=self.tp_group)
             self.metrics.eval_sums = sums if self.metrics.eval_sums is None else self.metrics.eval_sums + sums
             return (sums[0] / sums[2].clamp(min=1)).float()  # eval_batch averages it; training/evaluation.py reads the sums
-        losses = pretraining_loss(mlm_logits, labels[0][loss_mask], nsp_logits, next_sentence_label, self.tp_group)
+        losses = pretraining_loss(mlm_logits, labels[0][loss_mask], nsp_logits, next_sentence_label, tp_group=self.tp_group)
         self.metrics.add(losses)
         return losses.loss
 

@@ -142,7 +142,6 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     dp = validate_layout(model_config, world, run.tensor_parallel, run.pipeline_parallel)
     batch = pretraining_batch_plan(run, model_config, dp)
     run = dataclasses.replace(run, micro_batch_size=batch.micro_batch_size)
-    run.data_config().validate(model_config.max_position_embeddings)
     deepspeed = pretraining_deepspeed_config(run, batch, device_type)
     ds_config, notes, choice = deepspeed
     if batch.auto:

@@ -134,7 +134,7 @@ def pretrain_plan_json(plan) -> dict:
         resume=plan.resume_text, save=run.save, memory=memory_json(plan.memory), checkpoint_bytes=plan.checkpoint_bytes,
         evaluation=dict(data=run.eval_data, interval=run.eval_interval, samples=run.eval_samples,
                         target_mlm_accuracy=run.target_mlm_accuracy, keep_best=run.keep_best) if run.eval_data else None,
-        sentence_splitter=run.sentence_splitter, notes=plan.notes,
+        sentence_splitter=run.sentence_splitter, data_config=dataclasses.asdict(run.data_config()), notes=plan.notes,
     )
 
 

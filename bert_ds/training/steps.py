@@ -56,16 +56,16 @@ def to_device(batch: dict, device: torch.device) -> dict:
     return {name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()}
 
 
-def plain_step(engine, batches: Iterator[dict], accumulation: int, device: torch.device, poison: bool = False) -> StepResult:
-    """`accumulation` micro-batches of forward/backward, then one optimizer step. `poison` makes
-    the loss NaN (training/faults.py: the injected-divergence test)."""
+def plain_step(engine, batches: Iterator[dict], accumulation: int, layout, poison: bool = False) -> StepResult:
+    """`accumulation` micro-batches of forward/backward, then one optimizer step on this rank of
+    `layout`. `poison` makes the loss NaN (training/faults.py: the injected-divergence test)."""
     result = StepResult()
     for _ in range(accumulation):
-        batch = to_device(next(batches), device)
+        batch = to_device(next(batches), layout.device)
         loss_mask = batch["loss_mask"]
         out = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], loss_mask)
         losses = pretraining_loss(
-            out.mlm_logits, batch["labels"][loss_mask], out.nsp_logits, batch.get("next_sentence_label")
+            out.mlm_logits, batch["labels"][loss_mask], out.nsp_logits, batch.get("next_sentence_label"), tp_group=layout.tp_group
         )
         if poison:
             losses.loss = losses.loss * float("nan")

@@ -70,7 +70,7 @@ class StopRequest:
 
 @dataclasses.dataclass
 class Trainer:
-    """Everything one pre-training run works with, built by bert_ds/pretrain.py."""
+    """Everything one pre-training run works with, built by training/job.py."""
 
     run: object
     """The RunConfig (training/args.py)."""
@@ -85,15 +85,11 @@ class Trainer:
     logger: object = None
     """The MetricsLogger, open inside `logging()`."""
 
-    def say(self, text: str) -> None:
-        if self.layout.rank == 0:
-            print(text, flush=True)
-
     def resume(self) -> None:
         """Restore everything from the latest complete checkpoint (any layout), or start fresh."""
-        resumed = checkpoint.resume(self.run, self.engine, self.model, self.loader, self.layout, self.model_config)
+        resumed = checkpoint.resume(self)
         if resumed.message:
-            self.say(resumed.message)
+            self.layout.say(resumed.message)
         self.state = TrainState(**resumed.progress) if resumed.progress else TrainState()
 
     @contextlib.contextmanager
@@ -117,8 +113,7 @@ class Trainer:
 
     def save(self, best: Optional[dict] = None) -> None:
         """Collective: a complete checkpoint of the current step (`best`: see checkpoint.pretraining.save)."""
-        tag_dir = checkpoint.save(self.run, self.engine, self.model, self.loader, self.layout, self.state.progress(),
-                                  self.model_config, self.precision, best, hooks=faults)
+        tag_dir = checkpoint.save(self, best, hooks=faults)
         self.logger.message(f"saved checkpoint {tag_dir}" + (" (the best held-out accuracy so far: best.json)" if best else ""))
 
     def _save_or_warn(self, saved_at: int, best: Optional[dict] = None) -> int:
@@ -155,7 +150,7 @@ class Trainer:
                 result = pipeline_step(engine, batches, accumulation, layout.device, self.model)
             else:
                 poison = faults.poisoned(state.step + 1, layout.rank)
-                result = plain_step(engine, batches, accumulation, layout.device, poison)
+                result = plain_step(engine, batches, accumulation, layout, poison)
             window.add(result)
             state.step += 1
             state.consumed_samples += run.global_batch_size

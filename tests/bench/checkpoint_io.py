@@ -55,10 +55,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
 
-    from bert_ds import pretrain
+    from bert_ds.training import job
     from bert_ds.checkpoint import pretraining as checkpointing
     from bert_ds.checkpoint import zero as checkpoints
     from bert_ds.training.args import parse_args
+    from bert_ds.training.trainer import Trainer, TrainState
     from bert_ds.training.steps import plain_step
     from bert_ds.training.tokenizer_setup import resolve_tokenizer
 
@@ -66,15 +67,15 @@ def main(argv=None) -> dict:
     run = parse_args(["--preset", args.preset, "--seq-length", "32", "--micro-batch-size", "2", "--global-batch-size", "2",
                       "--save", str(scratch / "ckpt")])
     tokenizer = resolve_tokenizer(run)
-    model_config, layout = pretrain.setup_parallel(run, tokenizer)
-    engine, model, deepspeed_setup = pretrain.setup_engine(run, model_config, layout)
-    loader = pretrain.setup_data(run, tokenizer, layout)
-    plain_step(engine, iter(loader), 1, layout.device)
-    progress = dict(step=1, consumed_samples=2, consumed_tokens=64)
+    model_config, layout = job.setup_parallel(run, tokenizer)
+    engine, model, deepspeed_setup = job.setup_engine(run, model_config, layout)
+    loader = job.setup_data(run, tokenizer, layout)
+    plain_step(engine, iter(loader), 1, layout)
+    progress = TrainState(step=1, consumed_samples=2, consumed_tokens=64)
     saves, loads, plain_writes, plain_reads = [], [], [], []
     for _ in range(args.repeats):
         began = time.perf_counter()
-        tag_dir = checkpointing.save(run, engine, model, loader, layout, progress, model_config, deepspeed_setup.precision)
+        tag_dir = checkpointing.save(Trainer(run, engine, model, loader, layout, model_config, deepspeed_setup.precision, progress))
         saves.append(time.perf_counter() - began)
         began = time.perf_counter()
         checkpoints.load(engine, run.save, tag_dir.name, layout.world_size)

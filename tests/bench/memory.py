@@ -88,7 +88,7 @@ def worker(preset: str, stage: int, out: str, precision: str) -> None:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from bert_ds import pretrain
+    from bert_ds.training import job
     from bert_ds.distributed import device
     from bert_ds.training.args import parse_args
     from bert_ds.training.steps import plain_step
@@ -98,14 +98,14 @@ def worker(preset: str, stage: int, out: str, precision: str) -> None:
                       str(int(os.environ.get("WORLD_SIZE", "1"))), "--zero-stage", str(stage),
                       "--precision", precision])
     tokenizer = resolve_tokenizer(run)
-    model_config, layout = pretrain.setup_parallel(run, tokenizer)
-    loader = iter(pretrain.setup_data(run, tokenizer, layout))
+    model_config, layout = job.setup_parallel(run, tokenizer)
+    loader = iter(job.setup_data(run, tokenizer, layout))
     batches = [next(loader) for _ in range(2)]
     gpu = device().type != "cpu"
     before = torch.cuda.memory_allocated() if gpu else _current_rss()
-    engine, model, _ = pretrain.setup_engine(run, model_config, layout)
+    engine, model, _ = job.setup_engine(run, model_config, layout)
     for batch in batches:
-        plain_step(engine, iter([batch]), 1, layout.device)
+        plain_step(engine, iter([batch]), 1, layout)
     peak = torch.cuda.max_memory_allocated() if gpu else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     params = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
     import dataclasses

@@ -2,7 +2,7 @@
 
 Three contestants, same preset, sequence length, batch, batches, precision and thread count
 (batches from the built-in sample corpus; the model vocabulary is BERT's 30522 entries):
-  - bert_ds: the real engine (pretrain.setup_engine with `--precision P`: DeepSpeed with the
+  - bert_ds: the real engine (training/job.py setup_engine with `--precision P`: DeepSpeed with the
              default config; fp32 at one replica means ZeRO stage 0, bf16 is DeepSpeed's bf16
              mode with fp32 masters in ZeRO-1's partition; our model, our loss in fp32);
   - bare:    our model, loss and the same fused torch AdamW in a plain loop, without DeepSpeed
@@ -82,20 +82,20 @@ class BertDs:
     name = "bert_ds"
 
     def __init__(self, preset: str, seq_length: int, batch: int, vocab_size: int, precision: str, zero_stage=None):
-        from bert_ds import pretrain
+        from bert_ds.training import job
         from bert_ds.training.args import parse_args
 
         run = parse_args(["--preset", preset, "--seq-length", str(seq_length), "--global-batch-size", str(batch),
                           "--micro-batch-size", str(batch), "--lr", "1e-4", "--precision", precision]
                          + (["--zero-stage", str(zero_stage)] if zero_stage is not None else []))
         # The model's vocabulary is BERT's (30522, padded to 30592), whatever tokenizer made the batches.
-        self.model_config, self.layout = pretrain.setup_parallel(run, SimpleNamespace(vocab_size=vocab_size))
-        self.engine, self.model, _ = pretrain.setup_engine(run, self.model_config, self.layout)
+        self.model_config, self.layout = job.setup_parallel(run, SimpleNamespace(vocab_size=vocab_size))
+        self.engine, self.model, _ = job.setup_engine(run, self.model_config, self.layout)
 
     def step(self, batch: dict) -> None:
         from bert_ds.training.steps import plain_step
 
-        plain_step(self.engine, iter([batch]), 1, self.layout.device)
+        plain_step(self.engine, iter([batch]), 1, self.layout)
 
 
 class Bare:
@@ -118,7 +118,8 @@ class Bare:
         mask = batch["loss_mask"]
         with autocast(self.precision):
             out = self.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], mask)
-            losses = pretraining_loss(out.mlm_logits, batch["labels"][mask], out.nsp_logits, batch["next_sentence_label"])
+            losses = pretraining_loss(out.mlm_logits, batch["labels"][mask], out.nsp_logits, batch["next_sentence_label"],
+                                      tp_group=self.layout.tp_group)
         losses.loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()

@@ -1,0 +1,124 @@
+"""Command-line options generated from a config dataclass: one field, one option, its help the
+field's docstring, its default the field's default, grouped into the sections the entrypoint
+names. What a field needs beyond its type (a flag of another name, choices, `auto`) sits in
+`dataclasses.field(metadata=option(...))` next to it, so adding a setting is adding a field.
+
+Types come from the annotations: int/float/str take one value, `Optional[X]` the same with a
+default of None, `list[str]` one or more values, bool a switch (`--name` turns it on; a field
+that defaults to True gets `--no-name`, or the flag its metadata names; `Optional[bool]`
+defaulting to None gets `--name/--no-name`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+import sys
+import textwrap
+import typing
+from typing import Any, Callable, Optional
+
+
+def option(*, flag: Optional[str] = None, choices=None, parse: Optional[Callable[[str], Any]] = None,
+           nargs=None, const=None, cli: bool = True, parser_default: Any = dataclasses.MISSING, help: Optional[str] = None) -> dict:
+    """Field metadata for `add_options`: `flag` (another option name), `choices`, `parse` (a value
+    parser instead of the annotated type), `nargs`/`const` (argparse's), `cli=False` (not an
+    option), `parser_default` (what argparse stores when the option is absent, e.g. None for a
+    default that the preset decides) and `help` (instead of the docstring)."""
+    return dict(flag=flag, choices=choices, parse=parse, nargs=nargs, const=const, cli=cli,
+                parser_default=parser_default, help=help)
+
+
+@functools.lru_cache(maxsize=None)
+def field_docs(cls) -> dict[str, str]:
+    """{field name: its docstring (the string literal right after it)} for a dataclass and its bases."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
+        for node, following in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(following, ast.Expr)
+                    and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str)):
+                docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+def _default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None
+
+
+def _plain_type(annotation) -> tuple[type, bool]:
+    """(the value type, whether the field takes a list) of an annotation such as Optional[list[str]]."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is typing.Union and len(args) == 1:
+        return _plain_type(args[0])
+    if typing.get_origin(annotation) is list:
+        return typing.get_args(annotation)[0], True
+    return annotation, False
+
+
+def add_options(parser: argparse.ArgumentParser, cls, sections: dict[str, tuple[str, ...]]) -> None:
+    """One option per field of `cls`, in argument groups titled by `sections` (every CLI field
+    must be in exactly one section, so --help lists each setting under its part of the job)."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    placed = [name for names in sections.values() for name in names]
+    cli = {name for name, f in fields.items() if f.metadata.get("cli", True)}
+    missing, unknown = cli - set(placed), set(placed) - set(fields)
+    if missing or unknown or len(placed) != len(set(placed)):
+        raise TypeError(f"{cls.__name__} sections: unplaced {sorted(missing)}, unknown {sorted(unknown)}")
+    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+    for title, names in sections.items():
+        group = parser.add_argument_group(title)
+        for name in names:
+            _add(group, fields[name], hints[name], docs.get(name, ""))
+
+
+def _add(group, field: dataclasses.Field, annotation, doc: str) -> None:
+    meta = {**option(), **field.metadata}
+    flag = meta["flag"] or "--" + field.name.replace("_", "-")
+    default = _default(field) if meta["parser_default"] is dataclasses.MISSING else meta["parser_default"]
+    text = (meta["help"] or doc).replace("%", "%%")  # argparse formats help with %-placeholders
+    kind, many = _plain_type(annotation)
+    if kind is bool and _default(field) is None:  # three states: on, off, or decided later
+        group.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None, help=text)
+        return
+    if kind is bool and meta["nargs"] is None:
+        on = not _default(field)
+        flag = meta["flag"] or ("--" if on else "--no-") + field.name.replace("_", "-")
+        group.add_argument(flag, dest=field.name, action="store_true" if on else "store_false", default=default, help=text)
+        return
+    kwargs = dict(dest=field.name, default=default, help=text, type=meta["parse"] or kind)
+    if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+        kwargs["required"] = True
+    if meta["choices"] is not None:
+        kwargs["choices"] = meta["choices"]
+    nargs = meta["nargs"] or ("+" if many else None)
+    if nargs is not None:
+        kwargs["nargs"] = nargs
+    if meta["const"] is not None:
+        kwargs["const"] = meta["const"]
+    group.add_argument(flag, **kwargs)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with each option's default, unless it is None (the docstring says what None means)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def refuse_empty_values(parser: argparse.ArgumentParser, argv: Optional[list[str]]) -> None:
+    """Python 3.11's argparse reads `--option=--` as an empty list instead of a missing value."""
+    for token in sys.argv[1:] if argv is None else argv:
+        if token.startswith("--") and token.endswith("=--"):
+            parser.error(f"argument {token[:-3]}: expected one argument")

@@ -1,0 +1,125 @@
+"""The phases of one pre-training job, in order (bert_ds/pretrain.py runs them; the demo and the
+benchmarks call them in-process): tokenizer -> launch plan -> held-out data -> parallel layout ->
+model and DeepSpeed engine -> data -> Trainer (training/trainer.py): resume -> train -> save.
+
+pretrain.py imports this module only for a real run: it brings torch, DeepSpeed and megatron, and
+a `--dry-run` on a login node stays free of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+
+from bert_ds.checkpoint import zero
+from bert_ds.config import padded_vocab_size
+from bert_ds.data.loader import PretrainingLoader
+from bert_ds.data.sources import parse_sources
+from bert_ds.distributed import init_parallel
+from bert_ds.launcher import discover
+from bert_ds.model import build_model
+from bert_ds.training.args import RunConfig
+from bert_ds.training.ds_config import pretraining_deepspeed_config
+from bert_ds.training.engine import build_engine
+from bert_ds.training.evaluation import build_eval_set, load_eval_examples
+from bert_ds.training.pipeline_loss import PretrainingLossFn
+from bert_ds.training.plan import pretraining_batch_plan, resolve_plan, sample_sources
+from bert_ds.training.plan_report import format_pretrain_plan, pretrain_plan_json, write_plan_json
+from bert_ds.training.tokenizer_setup import resolve_tokenizer
+from bert_ds.training.trainer import EXIT_CODE_FOR_SIGNAL, Trainer
+
+
+def setup_parallel(run: RunConfig, tokenizer):
+    """Model config (vocab from the tokenizer, padded) and the process layout."""
+    model_config = run.model_config(padded_vocab_size(tokenizer.vocab_size))
+    layout = init_parallel(model_config, run.tensor_parallel, run.pipeline_parallel, seed=run.seed)
+    return model_config, layout
+
+
+def setup_engine(run: RunConfig, model_config, layout, deepspeed_setup=None):
+    """The model (plain or pipelined), its DeepSpeed engine and the DeepSpeedSetup they follow:
+    the launch plan's, or built here when a caller has no plan (tests, benchmarks)."""
+    if deepspeed_setup is None:
+        batch = pretraining_batch_plan(run, model_config, layout.data_parallel)
+        deepspeed_setup = pretraining_deepspeed_config(run, batch, layout.device.type)
+    pipeline_loss = None
+    if layout.pipeline_parallel > 1:
+        pipeline_loss = PretrainingLossFn(layout.tp_group)
+    model = build_model(model_config, layout, with_nsp=run.objective == "mlm_nsp", pipeline_loss=pipeline_loss)
+    engine = build_engine(model, layout, deepspeed_setup, run.optimizer_settings())
+    return engine, model, deepspeed_setup
+
+
+def setup_data(run: RunConfig, tokenizer, layout):
+    """This rank's shard of the pre-training stream (data/loader.py)."""
+    return PretrainingLoader(parse_sources(run.data), tokenizer, run.data_config(), layout.dp_rank, layout.data_parallel)
+
+
+def read_evaluation_data(run: RunConfig, tokenizer):
+    """The held-out examples (training/evaluation.py), read before the model is built; None without."""
+    if run.eval_data is None:
+        return None
+    start = time.perf_counter()
+    examples, note = load_eval_examples(run, tokenizer)
+    if discover(os.environ).rank == 0:
+        print(f"held-out evaluation set: {len(examples):,} examples of {run.seq_length} tokens from "
+              f"{' '.join(run.eval_data)}, built in {time.perf_counter() - start:.1f}s" + (f"; {note}" if note else ""),
+              flush=True)
+    return examples
+
+
+def setup_evaluation(run: RunConfig, tokenizer, layout, examples):
+    """This rank's micro-batches of the held-out set; None without one."""
+    return None if examples is None else build_eval_set(run, tokenizer, layout, examples)
+
+
+@dataclasses.dataclass
+class PretrainingRun:
+    """What a finished run leaves for in-process callers (the demo, evaluation)."""
+
+    trainer: Trainer
+    tokenizer: object
+
+    @property
+    def exit_code(self) -> int:
+        """0, or the code of the signal that stopped it after its checkpoint (training/trainer.py)."""
+        return EXIT_CODE_FOR_SIGNAL.get(self.trainer.state.stopped_by, 0)
+
+
+def plan_launch(run: RunConfig, tokenizer):
+    """The launch plan with the run's own tokenizer; rank 0 prints it (and writes --plan-json) and
+    checks the tokenizer against the first documents of every source."""
+    plan = resolve_plan(run, tokenizer=tokenizer, sample_data=False)
+    if discover(os.environ).rank == 0:
+        print(format_pretrain_plan(plan), flush=True)
+        if run.plan_json:
+            write_plan_json(run.plan_json, pretrain_plan_json(plan))
+        for sample in sample_sources(plan.run, tokenizer, include_hub=True):
+            print(f"data check: {sample.describe()}", flush=True)
+            if sample.warning():
+                print("\n" + "!" * 100 + f"\n{sample.warning()}\n" + "!" * 100 + "\n", file=sys.stderr, flush=True)
+    return plan
+
+
+def run_pretraining(run: RunConfig) -> PretrainingRun:
+    """Every phase of a run, in order; the process group stays up for the caller."""
+    tokenizer = resolve_tokenizer(run)
+    plan = plan_launch(run, tokenizer)
+    run = plan.run  # every `auto` resolved
+    eval_examples = read_evaluation_data(run, tokenizer)
+    model_config, layout = setup_parallel(run, tokenizer)
+    engine, model, _ = setup_engine(run, model_config, layout, plan.deepspeed)
+    loader = setup_data(run, tokenizer, layout)
+    eval_set = setup_evaluation(run, tokenizer, layout, eval_examples)
+    if run.save and not run.eval_only:
+        zero.prepare_save_dir(run.save, tokenizer)  # an unwritable --save fails here, not hours later
+    trainer = Trainer(run, engine, model, loader, layout, model_config, plan.deepspeed.precision)
+    trainer.resume()
+    with trainer.logging():
+        if run.eval_only:
+            trainer.evaluate(eval_set)
+        else:
+            trainer.train(eval_set)
+    return PretrainingRun(trainer, tokenizer)
