@@ -109,10 +109,11 @@ def _add(group, field: dataclasses.Field, annotation, doc: str) -> None:
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """--help with each option's default, unless it is None (the docstring says what None means)."""
+    """--help with each option's default, except for switches and None (the docstring says what
+    None means, and a switch's name says what it turns on or off)."""
 
     def _get_help_string(self, action):
-        if action.default is None or action.default is False or "default" in (action.help or ""):
+        if action.default is None or action.nargs == 0 or "default" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
 

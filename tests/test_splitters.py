@@ -102,7 +102,7 @@ def test_unknown_name_names_the_choices():
 
 
 def test_config_refuses_an_unknown_splitter():
-    with pytest.raises(ConfigError, match="sentence_splitter 'nope' must be one of regex"):
+    with pytest.raises(ConfigError, match="--sentence-splitter 'nope' must be one of regex, punkt"):
         DataConfig(sentence_splitter="nope").validate()
     DataConfig(sentence_splitter="regex").validate()
 

@@ -92,7 +92,8 @@ class FinetuneConfig:
     eval_batch_size: int = 64
     """Sequences per forward when predicting dev and test."""
     save_model: bool = field(default=True, metadata=option(flag="--no-save-model"))
-    """--no-save-model: do not keep the selected run's weights (OUTPUT/model, a portable checkpoint exportable to HF)."""
+    """Keep the selected run's weights as OUTPUT/model (a portable checkpoint, exportable to HF);
+    --no-save-model: do not."""
     dry_run: Optional[str] = field(default=None, metadata=option(nargs="?", const="auto", choices=["auto", "gpu", "cpu"]))
     """Print the launch plan for this device (auto), or for GPUs or CPUs, and exit: 0 if the job
     would start, 2 otherwise."""

@@ -134,7 +134,8 @@ class RunConfig:
     activation_checkpointing: bool = False
     """Recompute each layer's activations in backward: less memory, about 1/3 more compute."""
     dynamic_masking: bool = field(default=DataConfig.dynamic_masking, metadata=option(flag="--static-masking"))
-    """--static-masking: one fixed mask per example (from the seed) instead of new masks each time it is drawn."""
+    """New masks each time an example is drawn (the default); --static-masking: one fixed mask per
+    example, from the seed."""
     num_workers: int = DataConfig.num_workers
     """DataLoader worker processes per rank (0: batches are built in the training process)."""
     seed: int = DataConfig.seed
