@@ -107,6 +107,7 @@ class Bare:
         from bert_ds.model import build_model
         from bert_ds.training.optim import parameter_groups
 
+        self.layout = reference.layout
         self.model, self.precision = build_model(reference.model_config, reference.layout), precision
         # The engine's own optimizer setting (fused AdamW), so the difference is DeepSpeed's bookkeeping.
         self.optimizer = torch.optim.AdamW(parameter_groups(self.model, 0.01), lr=1e-4, eps=1e-6, fused=True)
