@@ -23,13 +23,12 @@ from typing import Any, Callable, Optional
 
 
 def option(*, flag: Optional[str] = None, choices=None, parse: Optional[Callable[[str], Any]] = None,
-           nargs=None, const=None, cli: bool = True, parser_default: Any = dataclasses.MISSING, help: Optional[str] = None) -> dict:
+           nargs=None, const=None, parser_default: Any = dataclasses.MISSING) -> dict:
     """Field metadata for `add_options`: `flag` (another option name), `choices`, `parse` (a value
-    parser instead of the annotated type), `nargs`/`const` (argparse's), `cli=False` (not an
-    option), `parser_default` (what argparse stores when the option is absent, e.g. None for a
-    default that the preset decides) and `help` (instead of the docstring)."""
-    return dict(flag=flag, choices=choices, parse=parse, nargs=nargs, const=const, cli=cli,
-                parser_default=parser_default, help=help)
+    parser instead of the annotated type), `nargs`/`const` (argparse's) and `parser_default`
+    (what argparse stores when the option is absent, e.g. None for a default that the preset
+    decides)."""
+    return dict(flag=flag, choices=choices, parse=parse, nargs=nargs, const=const, parser_default=parser_default)
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,12 +65,11 @@ def _plain_type(annotation) -> tuple[type, bool]:
 
 
 def add_options(parser: argparse.ArgumentParser, cls, sections: dict[str, tuple[str, ...]]) -> None:
-    """One option per field of `cls`, in argument groups titled by `sections` (every CLI field
+    """One option per field of `cls`, in argument groups titled by `sections` (every field
     must be in exactly one section, so --help lists each setting under its part of the job)."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     placed = [name for names in sections.values() for name in names]
-    cli = {name for name, f in fields.items() if f.metadata.get("cli", True)}
-    missing, unknown = cli - set(placed), set(placed) - set(fields)
+    missing, unknown = set(fields) - set(placed), set(placed) - set(fields)
     if missing or unknown or len(placed) != len(set(placed)):
         raise TypeError(f"{cls.__name__} sections: unplaced {sorted(missing)}, unknown {sorted(unknown)}")
     hints, docs = typing.get_type_hints(cls), field_docs(cls)
@@ -85,7 +83,7 @@ def _add(group, field: dataclasses.Field, annotation, doc: str) -> None:
     meta = {**option(), **field.metadata}
     flag = meta["flag"] or "--" + field.name.replace("_", "-")
     default = _default(field) if meta["parser_default"] is dataclasses.MISSING else meta["parser_default"]
-    text = (meta["help"] or doc).replace("%", "%%")  # argparse formats help with %-placeholders
+    text = doc.replace("%", "%%")  # argparse formats help with %-placeholders
     kind, many = _plain_type(annotation)
     if kind is bool and _default(field) is None:  # three states: on, off, or decided later
         group.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None, help=text)
