@@ -1,7 +1,9 @@
-"""Command-line options generated from a config dataclass: one field, one option, its help the
-field's docstring, its default the field's default, grouped into the sections the entrypoint
-names. What a field needs beyond its type (a flag of another name, choices, `auto`) sits in
-`dataclasses.field(metadata=option(...))` next to it, so adding a setting is adding a field.
+"""Command-line options generated from a config tree: a dataclass of sections (model, data,
+optim, ...), each a dataclass whose fields are the settings. One field, one option: its help the
+field's docstring, its default the field's default, listed under its section. What a field needs
+beyond its type (a flag of another name, choices, `auto`) sits in `field(metadata=option(...))`
+next to it, so adding a setting is adding a field. Option names stay flat (`--lr`, not
+`--optim.lr`): leaf names are unique across a tree, and `flat()` gives the records that shape.
 
 Types come from the annotations: int/float/str take one value, `Optional[X]` the same with a
 default of None, `list[str]` one or more values, bool a switch (`--name` turns it on; a field
@@ -64,19 +66,40 @@ def _plain_type(annotation) -> tuple[type, bool]:
     return annotation, False
 
 
-def add_options(parser: argparse.ArgumentParser, cls, sections: dict[str, tuple[str, ...]]) -> None:
-    """One option per field of `cls`, in argument groups titled by `sections` (every field
-    must be in exactly one section, so --help lists each setting under its part of the job)."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    placed = [name for names in sections.values() for name in names]
-    missing, unknown = set(fields) - set(placed), set(placed) - set(fields)
-    if missing or unknown or len(placed) != len(set(placed)):
-        raise TypeError(f"{cls.__name__} sections: unplaced {sorted(missing)}, unknown {sorted(unknown)}")
-    hints, docs = typing.get_type_hints(cls), field_docs(cls)
-    for title, names in sections.items():
-        group = parser.add_argument_group(title)
-        for name in names:
-            _add(group, fields[name], hints[name], docs.get(name, ""))
+def add_options(parser: argparse.ArgumentParser, tree) -> None:
+    """One option per leaf field of `tree`, a dataclass whose fields are the sections of a job
+    (each itself a dataclass): one argument group per section, titled by the section's name and
+    described by its docstring, so --help lists each setting under its part of the job. Leaf
+    names are the options' destinations, so they must be unique across the sections."""
+    hints, docs, seen = typing.get_type_hints(tree), field_docs(tree), {}
+    for section in dataclasses.fields(tree):
+        kind = hints[section.name]
+        group = parser.add_argument_group(section.name, docs.get(section.name))
+        leaf_hints, leaf_docs = typing.get_type_hints(kind), field_docs(kind)
+        for leaf in dataclasses.fields(kind):
+            if leaf.name in seen:
+                raise TypeError(f"{tree.__name__}: {leaf.name!r} is in both {seen[leaf.name]} and {section.name}")
+            seen[leaf.name] = section.name
+            _add(group, leaf, leaf_hints[leaf.name], leaf_docs.get(leaf.name, ""))
+
+
+def sections(tree) -> dict[str, type]:
+    """{section name: its dataclass} of a config tree."""
+    hints = typing.get_type_hints(tree)
+    return {section.name: hints[section.name] for section in dataclasses.fields(tree)}
+
+
+def from_namespace(tree, values: dict[str, Any]):
+    """The config tree `tree` built from flat {leaf name: value} (parsed options, a saved record)."""
+    return tree(**{name: kind(**{leaf.name: values[leaf.name] for leaf in dataclasses.fields(kind) if leaf.name in values})
+                   for name, kind in sections(tree).items()})
+
+
+def flat(config) -> dict[str, Any]:
+    """{leaf name: value} of a config tree: the shape of the saved records (checkpoints, plan
+    JSON), which name each setting as its option does."""
+    return {leaf.name: getattr(getattr(config, name), leaf.name)
+            for name in sections(type(config)) for leaf in dataclasses.fields(getattr(config, name))}
 
 
 def _add(group, field: dataclasses.Field, annotation, doc: str) -> None:

@@ -30,17 +30,17 @@ def dry_run(run: RunConfig) -> int:
     from bert_ds.training.plan import resolve_plan
     from bert_ds.training.plan_report import format_pretrain_plan, pretrain_plan_json, write_plan_json
 
-    plan = resolve_plan(run, target=run.dry_run)
+    plan = resolve_plan(run, target=run.plan.dry_run)
     print(format_pretrain_plan(plan), flush=True)
-    if run.plan_json:
-        write_plan_json(run.plan_json, pretrain_plan_json(plan))
+    if run.plan.plan_json:
+        write_plan_json(run.plan.plan_json, pretrain_plan_json(plan))
     return 0
 
 
 def main(argv=None) -> int:
     try:
         run = parse_args(argv)
-        if run.dry_run:
+        if run.plan.dry_run:
             return dry_run(run)  # without torch for --dry-run gpu/cpu: seconds on a login node
         # torch, DeepSpeed and megatron: imported for a real run only.
         from bert_ds.distributed import teardown_parallel

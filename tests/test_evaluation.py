@@ -122,11 +122,11 @@ def test_the_sample_holds_its_evaluation_articles_out_of_training():
     from bert_ds.training.args import parse_args
 
     run = parse_args(["--eval-interval", "10"])
-    assert run.eval_data == [SAMPLE_HELD_OUT_SPEC]
-    held_out = parse_sources(run.eval_data)[0].location
-    trained = [source.location for source in parse_sources(run.data)]
+    assert run.eval.eval_data == [SAMPLE_HELD_OUT_SPEC]
+    held_out = parse_sources(run.eval.eval_data)[0].location
+    trained = [source.location for source in parse_sources(run.data.sources)]
     assert held_out.endswith("wikitext2-test.jsonl") and not any("wikitext2-test" in t or "wiki/*" in t for t in trained)
-    assert parse_args([]).data == ["sample"]  # without evaluation the whole sample trains, as before
+    assert parse_args([]).data.sources == ["sample"]  # without evaluation the whole sample trains, as before
 
 
 def test_empty_evaluation_source_is_named(tmp_path, sample_tokenizer):

@@ -103,14 +103,14 @@ def pretraining_checks(argv: list[str]) -> None:
     with quiet_argparse():
         run = parse_args(argv)
     for world in (1, 2, 3, 4, 8):
-        world_run = dataclasses.replace(run, world_size=world)
+        world_run = dataclasses.replace(run, plan=dataclasses.replace(run.plan, world_size=world))
         plan = outcome(lambda: resolve_plan(world_run, target="cpu", tokenizer=_SampleSizedTokenizer(), sample_data=False),
                        ConfigError, DataError, TokenizerError, CheckpointError)
         event(f"plan resolved: {plan is not None}")
         if plan is not None:
             batch = plan.batch
-            assert batch.micro_batch_size * batch.data_parallel * batch.accumulation == run.global_batch_size
-            assert plan.ds_config["train_batch_size"] == run.global_batch_size
+            assert batch.micro_batch_size * batch.data_parallel * batch.accumulation == run.optim.global_batch_size
+            assert plan.ds_config["train_batch_size"] == run.optim.global_batch_size
             assert plan.zero_stage in (0, 1, 2, 3) and plan.ds_config["zero_optimization"]["stage"] == plan.zero_stage
             assert isinstance(plan.deepspeed.offloaded, bool)
 
@@ -143,26 +143,24 @@ def finetuning_checks(argv: list[str]) -> None:
     batch plan and DeepSpeed config."""
     from bert_ds.finetune.args import batch_plan, config_from_args
     from bert_ds.finetune.glue import DEFAULT_SEQ_LENGTH
-    from bert_ds.training.ds_config import build_deepspeed_config
 
     with quiet_argparse():
         args = _finetune_parser().parse_args(argv)
     job = config_from_args(args, DEFAULT_SEQ_LENGTH)
     overrides = dict(vocab_size=SAMPLE_VOCAB)
-    if job.dropout is not None:
-        overrides.update(hidden_dropout=job.dropout, attention_dropout=job.dropout)
-    model_config = model_preset(job.preset).replace(**overrides)
-    tp = job.tensor_parallel
+    if job.recipe.dropout is not None:
+        overrides.update(hidden_dropout=job.recipe.dropout, attention_dropout=job.recipe.dropout)
+    model_config = model_preset(job.start.preset).replace(**overrides)
+    tp = job.parallel.tensor_parallel
     layouts = [outcome(lambda: validate_layout(model_config, world, tp, 1), ConfigError) for world in (1, 2, 4)]
-    grid = len(job.grid_batch_sizes) * len(job.grid_lrs) * len(job.grid_epochs) if job.grid else 1
-    if grid * job.restarts > MAX_RUNS_LISTED:
+    grid = len(job.grid.grid_batch_sizes) * len(job.grid.grid_lrs) * len(job.grid.grid_epochs) if job.grid.grid else 1
+    if grid * job.grid.restarts > MAX_RUNS_LISTED:
         return
     for run_settings in job.settings()[:8]:
         for dp in [dp for dp in layouts if dp] + [3]:
             plan = outcome(lambda: batch_plan(job, run_settings, dp, model_config), ConfigError)
             if plan is not None:
-                built = outcome(lambda: build_deepspeed_config(job.deepspeed_config, plan, "cpu", zero_stage=job.zero_stage,
-                                                               clip_grad=job.clip_grad), ConfigError)
+                built = outcome(lambda: job.parallel.deepspeed_setup(plan, "cpu", job.recipe.clip_grad), ConfigError)
                 event(f"DeepSpeed config built: {built is not None}")
 
 
@@ -182,7 +180,7 @@ def test_finetuning_command_line(argv):
         ["--weight-decay", "nan"],
         ["--clip-grad", "nan"],
         ["--clip-grad", "-1"],  # negative clipping threshold handed to DeepSpeed
-        ["--stop-at-step", "0"],  # `run.stop_at_step or run.train_steps` ignores 0
+        ["--stop-at-step", "0"],  # `run.checkpoint.stop_at_step or run.optim.train_steps` ignores 0
         ["--seed", str(2**64)],  # torch.manual_seed overflows in init_parallel
     ],
     ids=lambda argv: " ".join(argv),
@@ -262,7 +260,6 @@ _DS_FILE = st.one_of(
 def test_deepspeed_config_file(tmp_path, content, zero_stage_option, pp):
     from bert_ds.training.args import parse_args
     from bert_ds.training.batch_plan import BatchPlan
-    from bert_ds.training.ds_config import pretraining_deepspeed_config
 
     path = tmp_path / "ds.json"
     path.write_bytes(content)
@@ -271,7 +268,7 @@ def test_deepspeed_config_file(tmp_path, content, zero_stage_option, pp):
     run = outcome(lambda: parse_args(argv), ConfigError)
     if run is None:
         return
-    built = outcome(lambda: pretraining_deepspeed_config(run, BatchPlan(16, 8, 1), "cpu"), ConfigError)
+    built = outcome(lambda: run.deepspeed_setup(BatchPlan(16, 8, 1), "cpu"), ConfigError)
     if built is not None:
         assert built.zero_stage in (0, 1, 2, 3)
         assert isinstance(built.offloaded, bool)

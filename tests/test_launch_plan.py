@@ -211,6 +211,20 @@ def test_paper_grid_is_the_finetuning_default(checkout, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_finetuning_takes_the_shared_optimizer_options(checkout, tmp_path):
+    """Fine-tuning's recipe section is pre-training's optimizer section: --optimizer and Adam's
+    betas and epsilon reach the plan (table and JSON), as the engine reads them."""
+    plan_json = tmp_path / "lamb.json"
+    result = run_entrypoint("bert_ds/finetune/glue.py", [
+        "--dry-run", "gpu", "--world-size", "8", "--task", "rte", "--data-dir", str(checkout / "glue_data"),
+        "--init", str(checkout / "runs" / "bert-large"), "--output", str(tmp_path / "out"), "--optimizer", "lamb",
+        "--adam-beta2", "0.98", "--adam-eps", "1e-8", "--plan-json", str(plan_json)])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "LAMB betas 0.9/0.98, eps 1e-08, weight decay 0.01" in result.stdout
+    plan = json.loads(plan_json.read_text())
+    assert (plan["optimizer"], plan["adam_beta2"], plan["adam_eps"]) == ("lamb", 0.98, 1e-8)
+
+
 def test_bad_values_are_one_error_line_and_write_nothing(checkout, tmp_path):
     large = ["--preset", "large", "--data", f"books={checkout}/data/bookcorpus/*.txt", "--dry-run", "gpu",
              "--save", str(tmp_path / "save"), "--plan-json", str(tmp_path / "plan.json")]

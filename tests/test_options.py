@@ -1,5 +1,8 @@
-"""The command lines are generated from the config dataclasses (bert_ds/options.py): every field
-is an option whose --help is its docstring, and every data setting reaches the data pipeline."""
+"""The command lines are generated from the config trees (bert_ds/options.py): every leaf field of
+every section is an option whose --help is its docstring, listed under its section; defaults live
+in the dataclasses and the preset table; every data setting reaches the data pipeline; the
+sections fine-tuning shares with pre-training are the same classes; one validate(world_size)
+holds the rules, the layout's included."""
 
 import argparse
 import dataclasses
@@ -8,28 +11,15 @@ import json
 import pytest
 
 from bert_ds.config import ConfigError, DataConfig
-from bert_ds.finetune.args import FinetuneConfig, add_common_arguments
-from bert_ds.finetune.args import SECTIONS as FINETUNE_SECTIONS
-from bert_ds.options import field_docs
-from bert_ds.training.args import SECTIONS, RunConfig, _parser, parse_args
+from bert_ds.finetune.args import FinetuneConfig, add_common_arguments, config_from_args
+from bert_ds.options import field_docs, flat, from_namespace, sections
+from bert_ds.training.args import RunConfig, _parser, parse_args
+from bert_ds.training.sections import OptimizerOptions, ParallelOptions, PlanOptions
 from tests.helpers import run_entrypoint
 
 
 def _options(parser: argparse.ArgumentParser) -> dict:
     return {action.dest: action for action in parser._actions if action.option_strings}
-
-
-@pytest.mark.parametrize("config, sections, make_parser", [
-    (RunConfig, SECTIONS, _parser),
-    (FinetuneConfig, FINETUNE_SECTIONS, lambda: _with(add_common_arguments)),
-], ids=["pretrain", "finetune"])
-def test_every_field_is_one_option_with_its_docstring_as_help(config, sections, make_parser):
-    options, docs = _options(make_parser()), field_docs(config)
-    fields = [f.name for f in dataclasses.fields(config)]
-    assert sorted(n for names in sections.values() for n in names) == sorted(fields)
-    for name in fields:
-        assert docs.get(name), f"{config.__name__}.{name} has no docstring"
-        assert options[name].help.replace("%%", "%").startswith(docs[name]), name
 
 
 def _with(add) -> argparse.ArgumentParser:
@@ -38,20 +28,62 @@ def _with(add) -> argparse.ArgumentParser:
     return parser
 
 
+@pytest.mark.parametrize("tree, make_parser", [
+    (RunConfig, _parser),
+    (FinetuneConfig, lambda: _with(add_common_arguments)),
+], ids=["pretrain", "finetune"])
+def test_every_leaf_is_one_option_with_its_docstring_as_help_under_its_section(tree, make_parser):
+    parser = make_parser()
+    options = _options(parser)
+    groups = {group.title: {a.dest for a in group._group_actions} for group in parser._action_groups}
+    tree_docs = field_docs(tree)
+    for name, section in sections(tree).items():
+        assert tree_docs.get(name), f"{tree.__name__}.{name} has no docstring"
+        docs = field_docs(section)
+        leaves = {f.name for f in dataclasses.fields(section)}
+        assert groups[name] == leaves, name  # --help lists each section's options under its name
+        for leaf in leaves:
+            assert docs.get(leaf), f"{section.__name__}.{leaf} has no docstring"
+            assert options[leaf].help.replace("%%", "%").startswith(docs[leaf]), leaf
+
+
+def test_fine_tuning_reuses_pre_training_sections():
+    pretrain, finetune = sections(RunConfig), sections(FinetuneConfig)
+    assert issubclass(pretrain["parallel"], ParallelOptions) and issubclass(finetune["parallel"], ParallelOptions)
+    assert issubclass(pretrain["optim"], OptimizerOptions) and issubclass(finetune["recipe"], OptimizerOptions)
+    assert issubclass(pretrain["plan"], PlanOptions) and finetune["plan"] is PlanOptions
+    # The shared optimizer options reach fine-tuning's engine settings.
+    args = _with(add_common_arguments).parse_args(["--output", "o", "--adam-beta2", "0.98", "--optimizer", "lamb"])
+    job = config_from_args(args, 128)
+    settings = job.recipe.optimizer_settings(job.recipe.lr, 1, 10)
+    assert (settings.name, settings.betas, settings.lr) == ("lamb", (0.9, 0.98), 2e-5)
+    with pytest.raises(ConfigError, match="--zero-stage 3: fine-tuning takes ZeRO 0-2"):
+        config_from_args(_with(add_common_arguments).parse_args(["--output", "o", "--zero-stage", "3"]), 128)
+
+
 def test_defaults_live_in_the_dataclasses_and_the_preset_table():
     """No option carries a default of its own: an empty command line is the dataclass defaults,
     with the preset's training values (TRAINING_DEFAULTS) where the field says `by preset`."""
     from bert_ds.training.args import TRAINING_DEFAULTS
 
     run = parse_args([])
-    for f in dataclasses.fields(RunConfig):
-        expected = TRAINING_DEFAULTS["tiny"].get(f.name, f.default if f.default_factory is dataclasses.MISSING else f.default_factory())
-        assert getattr(run, f.name) == expected, f.name
+    for name, section in sections(RunConfig).items():
+        for f in dataclasses.fields(section):
+            default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+            assert getattr(getattr(run, name), f.name) == TRAINING_DEFAULTS["tiny"].get(f.name, default), f.name
     large = parse_args(["--preset", "large"])
-    assert (large.lr, large.train_steps, large.global_batch_size) == (1e-4, 1_000_000, 256)
+    assert (large.optim.lr, large.optim.train_steps, large.optim.global_batch_size) == (1e-4, 1_000_000, 256)
     # The data defaults are DataConfig's own.
     defaults = DataConfig()
     assert run.data_config() == dataclasses.replace(defaults, micro_batch_size=None)
+
+
+def test_records_stay_flat_and_rebuild_the_tree():
+    """Checkpoints and plan JSON name each setting as its option does; the tree comes back from them."""
+    run = parse_args(["--lr", "0.002", "--data", "a.txt", "--save", "ck"])
+    record = flat(run)
+    assert record["lr"] == 0.002 and record["sources"] == ["a.txt"] and record["save"] == "ck" and record["seq_length"] == 128
+    assert from_namespace(RunConfig, record) == run
 
 
 def test_every_data_setting_is_an_option_that_reaches_the_data_config():
@@ -60,7 +92,20 @@ def test_every_data_setting_is_an_option_that_reaches_the_data_config():
     data = run.data_config()
     assert (data.mask_prob, data.short_seq_prob, data.block_documents, data.txt_documents) == (0.25, 0.5, 8, "blank_line")
     assert data.dynamic_masking is False and data.sentence_splitter == "regex"
-    assert {f.name for f in dataclasses.fields(DataConfig)} - {f.name for f in dataclasses.fields(RunConfig)} == set()
+    leaves = {f.name for f in dataclasses.fields(sections(RunConfig)["data"])} | {"micro_batch_size"}
+    assert {f.name for f in dataclasses.fields(DataConfig)} - leaves == set()
+
+
+def test_validate_with_a_world_size_checks_the_layout_and_the_batch():
+    """The rules that need the world size are in the same validate: the launch plan calls it."""
+    run = parse_args(["--preset", "base", "--tensor-parallel", "5"])
+    run.validate()  # the options alone are fine
+    with pytest.raises(ConfigError, match="12 attention heads are not divisible by tensor parallel size 5"):
+        run.validate(world_size=10)
+    run = parse_args(["--global-batch-size", "12"])
+    run.validate(world_size=4)
+    with pytest.raises(ConfigError, match="global batch size 12 is not divisible by data parallel 8"):
+        run.validate(world_size=8)
 
 
 def test_bad_values_name_every_option_at_once():

@@ -28,7 +28,7 @@ def layout_sizes(layout, run) -> dict:
         tensor_parallel=layout.tensor_parallel,
         pipeline_parallel=layout.pipeline_parallel,
         data_parallel=layout.data_parallel,
-        num_workers=run.num_workers,
+        num_workers=run.data.num_workers,
     )
 
 
@@ -73,7 +73,7 @@ def _optimizer_order(engine, model, names: dict) -> Optional[list[list[str]]]:
 
 
 def save(trainer, best: Optional[dict] = None, hooks=None) -> Path:
-    """Collective: a complete checkpoint of the trainer's current step under run.save.
+    """Collective: a complete checkpoint of the trainer's current step under run.checkpoint.save.
 
     `trainer`: training/trainer.py's Trainer, or any object with its run, engine, model, loader,
     layout, model_config, precision (the PrecisionChoice, recorded with its reason) and state.
@@ -85,11 +85,11 @@ def save(trainer, best: Optional[dict] = None, hooks=None) -> Path:
     progress = trainer.state.progress()
 
     tag = zero.tag_for_step(progress["step"])
-    client = dict(state=progress, run=dataclasses.asdict(run), model_config=dataclasses.asdict(trainer.model_config))
+    client = dict(state=progress, run=run.flat(), model_config=dataclasses.asdict(trainer.model_config))
     rank_state = dict(
         rng=rng_state_dict(layout),
         loader=trainer.loader.state_dict(),
-        layout=layout_record(engine, model, layout, run, Path(run.save), tag),
+        layout=layout_record(engine, model, layout, run, Path(run.checkpoint.save), tag),
     )
     summary = dict(
         model_config=client["model_config"],
@@ -97,7 +97,7 @@ def save(trainer, best: Optional[dict] = None, hooks=None) -> Path:
         zero_stage=engine.zero_optimization_stage(), precision=precision.name,
         precision_requested=precision.requested, precision_reason=precision.reason,
     )
-    return zero.save(engine, run.save, progress["step"], client, rank_state, run.keep_last, summary, best, hooks)
+    return zero.save(engine, run.checkpoint.save, progress["step"], client, rank_state, run.checkpoint.keep_last, summary, best, hooks)
 
 
 @dataclasses.dataclass
@@ -115,19 +115,19 @@ def resume(trainer) -> Resumed:
 
     run, engine, loader, layout = trainer.run, trainer.engine, trainer.loader, trainer.layout
 
-    load_dir = run.load or (run.save if run.auto_resume else None)
+    load_dir = run.checkpoint.load_dir
     if load_dir is None:
         return Resumed(None, "")
     if is_portable(load_dir):
         _refuse_zero3(engine, load_dir)
         return _resume_portable(trainer, open_portable(load_dir))
-    if run.auto_resume and zero.latest_complete_tag(load_dir) is None:
+    if run.checkpoint.auto_resume and zero.latest_complete_tag(load_dir) is None:
         return Resumed(None, f"no checkpoint in {load_dir} yet: starting from step 0")
     if (Path(load_dir) / zero.COMPLETE).is_file():  # a tag folder: that very checkpoint
         load_dir, tag = str(Path(load_dir).parent), Path(load_dir).name
     else:
         tag = zero.require_latest(load_dir)
-    tag, fallback_note = _intact(load_dir, tag, run.fallback_to_previous)
+    tag, fallback_note = _intact(load_dir, tag, run.checkpoint.fallback_to_previous)
     if fallback_note and layout.rank == 0:
         print(fallback_note, flush=True)
     saved = zero.saved_layout(load_dir, tag)
@@ -137,9 +137,9 @@ def resume(trainer) -> Resumed:
         return _resume_portable(trainer, portable)
     client, rank_state = zero.load(engine, load_dir, tag, layout.world_size)
     saved_seq = client["run"]["seq_length"]
-    loader.load_state_dict(rank_state["loader"], skip_partial_block=saved_seq != run.seq_length)
+    loader.load_state_dict(rank_state["loader"], skip_partial_block=saved_seq != run.data.seq_length)
     load_rng_state_dict(layout, rank_state["rng"])
-    note = _seq_note(saved_seq, run.seq_length)
+    note = _seq_note(saved_seq, run.data.seq_length)
     return Resumed(client["state"], f"resumed from {Path(load_dir) / tag} at step {client['state']['step']}{note}")
 
 
@@ -225,11 +225,11 @@ def _resume_portable(trainer, checkpoint: PortableCheckpoint) -> Resumed:
     if training is None:
         return Resumed(None, f"initialised weights from {checkpoint.path} ({len(report.loaded)} tensors); training starts at step 0")
     saved_seq = training["run"]["seq_length"]
-    trainer.loader.load_redistributed_state(training["loader_states"], skip_partial_block=saved_seq != run.seq_length)
+    trainer.loader.load_redistributed_state(training["loader_states"], skip_partial_block=saved_seq != run.data.seq_length)
     progress = training["state"]
     # The old ranks' RNG streams have no counterpart in the new layout: derive fresh ones.
-    reseed(layout, run.seed, progress["step"])
-    note = _seq_note(saved_seq, run.seq_length)
+    reseed(layout, run.data.seed, progress["step"])
+    note = _seq_note(saved_seq, run.data.seq_length)
     return Resumed(progress, f"resumed from {checkpoint.path} at step {progress['step']} on a new layout{note}")
 
 

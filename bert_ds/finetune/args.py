@@ -10,14 +10,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bert_ds.config import PRESETS, ConfigError, valid_seed
-from bert_ds.options import add_options, option
-from bert_ds.precision import PRECISIONS
-from bert_ds.training.args import micro_batch_size
+from bert_ds.config import PRESETS, ConfigError, valid_seed, validate_layout
+from bert_ds.options import add_options, from_namespace, option
+from bert_ds.training.sections import (
+    OptimizerOptions, ParallelOptions, PlanOptions, at_least, flag, micro_batch_size, positive_finite,
+)
 
 PAPER_GRID = dict(batch_sizes=(16, 32), lrs=(5e-5, 3e-5, 2e-5), epochs=(2, 3, 4))
 
@@ -33,12 +33,12 @@ def _ints(text: str) -> tuple[int, ...]:
 # Fine-tuning takes ZeRO 0-2: predict() gives the DP ranks different numbers of batches, and a
 # ZeRO-3 forward is collective (every rank gathers each layer's weights), so it would wait forever.
 FINETUNE_ZERO_STAGES = [0, 1, 2]
+MAX_RUNS = 10_000  # grid settings x restarts: more is a typo, not a plan
 
 
 @dataclass
-class FinetuneConfig:
-    """One fine-tuning job: every run of its grid and restarts. Each field is one command-line
-    option of the fine-tuning entrypoints (bert_ds/options.py), its docstring the --help."""
+class StartOptions:
+    """The starting point: the weights fine-tuned, their tokenizer, and where results go."""
 
     output: str
     """Folder for results.json, predictions and the selected model."""
@@ -50,14 +50,27 @@ class FinetuneConfig:
     """Tokenizer (default: the one stored with --init)."""
     lowercase: Optional[bool] = None
     """Lowercase and strip accents before WordPiece lookup (default: the vocabulary's own casing)."""
-    tensor_parallel: int = 1
-    """Tensor-parallel size TP."""
-    deepspeed_config: str = "zero1"
-    """A ds_configs/ name or a JSON path."""
-    zero_stage: Optional[int] = field(default=None, metadata=option(choices=FINETUNE_ZERO_STAGES))
-    """Override the DeepSpeed config's ZeRO stage (0-2: see FINETUNE_ZERO_STAGES)."""
-    precision: str = field(default="auto", metadata=option(choices=PRECISIONS))
-    """auto, fp32, bf16 or fp16 (bert_ds/precision.py decides what auto means on this machine)."""
+
+    def problems(self) -> list[str]:
+        return []
+
+
+@dataclass
+class FinetuneParallel(ParallelOptions):
+    """How the job is split over processes (world = TP x DP) and run by DeepSpeed."""
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        if self.zero_stage is not None and self.zero_stage not in FINETUNE_ZERO_STAGES:
+            problems.append(f"--zero-stage {self.zero_stage}: fine-tuning takes ZeRO 0-2 (its predictions give the "
+                            "ranks uneven batches, and a ZeRO-3 forward needs every rank)")
+        return problems
+
+
+@dataclass
+class RecipeOptions(OptimizerOptions):
+    """The paper's fine-tuning recipe for one setting (the optimizer's fields are pre-training's)."""
+
     max_seq_length: int = field(default=128, metadata=option(parser_default=None))
     """Tokens per sequence (default: per task: 128 for GLUE and SWAG, 384 for SQuAD)."""
     batch_size: int = 32
@@ -71,14 +84,29 @@ class FinetuneConfig:
     """Training epochs."""
     warmup_proportion: float = 0.1
     """Share of the steps for linear warm-up (then linear decay to 0)."""
-    weight_decay: float = 0.01
-    """Decoupled weight decay of the weight matrices."""
-    clip_grad: float = 1.0
-    """Gradient-norm clipping threshold (0 turns it off)."""
     dropout: Optional[float] = None
     """Hidden, attention and classifier dropout (default: the model's 0.1)."""
     seed: int = 42
     """Seed of the first run; restarts use seed+1, seed+2, ..."""
+
+    def problems(self) -> list[str]:
+        problems = super().problems() + at_least(self, 1, "epochs", "batch_size", "micro_batch_size")
+        problems += at_least(self, 8, "max_seq_length")
+        if not positive_finite(self.lr):
+            problems.append(f"--lr must be positive and finite, got {self.lr}")
+        if not 0 <= self.warmup_proportion < 1:
+            problems.append(f"--warmup-proportion must be in [0, 1), got {self.warmup_proportion}")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            problems.append(f"--dropout must be in [0, 1), got {self.dropout}")
+        if not valid_seed(self.seed):
+            problems.append(f"--seed {self.seed} must be in [0, 2**32)")
+        return problems
+
+
+@dataclass
+class GridOptions:
+    """The paper's hyper-parameter grid and restarts; the best run on dev is kept."""
+
     grid: bool = False
     """The paper's grid: batch {16,32} x lr {5e-5,3e-5,2e-5} x epochs {2,3,4}, the best on dev kept."""
     grid_batch_sizes: tuple[int, ...] = field(default=PAPER_GRID["batch_sizes"], metadata=option(parse=_ints))
@@ -89,29 +117,84 @@ class FinetuneConfig:
     """Comma-separated epoch counts of --grid."""
     restarts: int = 1
     """Runs per setting with different seeds (the best on dev is kept)."""
+
+    @property
+    def settings_per_restart(self) -> int:
+        return len(self.grid_batch_sizes) * len(self.grid_lrs) * len(self.grid_epochs) if self.grid else 1
+
+    def problems(self) -> list[str]:
+        problems = []
+        if not (1 <= self.restarts and self.settings_per_restart * self.restarts <= MAX_RUNS):
+            problems.append(f"--restarts {self.restarts} must be at least 1, with at most {MAX_RUNS:,} runs in all")
+        if not all(e >= 1 for e in self.grid_epochs):
+            problems.append(f"--grid-epochs must all be at least 1, got {self.grid_epochs}")
+        if not all(b >= 1 for b in self.grid_batch_sizes):
+            problems.append(f"--grid-batch-sizes must all be at least 1, got {self.grid_batch_sizes}")
+        if not all(positive_finite(lr) for lr in self.grid_lrs):
+            problems.append(f"--grid-lrs must all be positive and finite, got {self.grid_lrs}")
+        return problems
+
+
+@dataclass
+class OutputOptions:
+    """Predictions and the kept model."""
+
     eval_batch_size: int = 64
     """Sequences per forward when predicting dev and test."""
     save_model: bool = field(default=True, metadata=option(flag="--no-save-model"))
     """Keep the selected run's weights as OUTPUT/model (a portable checkpoint, exportable to HF);
     --no-save-model: do not."""
-    dry_run: Optional[str] = field(default=None, metadata=option(nargs="?", const="auto", choices=["auto", "gpu", "cpu"]))
-    """Print the launch plan for this device (auto), or for GPUs or CPUs, and exit: 0 if the job
-    would start, 2 otherwise."""
-    world_size: Optional[int] = None
-    """Processes the plan is for (default: from the launcher's variables)."""
-    plan_json: Optional[str] = None
-    """Also write the resolved launch plan as JSON to this path."""
+
+    def problems(self) -> list[str]:
+        return at_least(self, 1, "eval_batch_size")
+
+
+@dataclass
+class FinetuneConfig:
+    """One fine-tuning job (every run of its grid and restarts) as a tree of sections; parallel,
+    the optimizer in recipe, and plan are pre-training's sections (training/sections.py). Each
+    leaf field is one command-line option of the fine-tuning entrypoints (bert_ds/options.py)."""
+
+    start: StartOptions
+    """The starting point: the weights fine-tuned, their tokenizer, and where results go."""
+    parallel: FinetuneParallel = field(default_factory=FinetuneParallel)
+    """How the job is split over processes (world = TP x DP) and run by DeepSpeed."""
+    recipe: RecipeOptions = field(default_factory=RecipeOptions)
+    """The paper's fine-tuning recipe for one setting: sequence length, batch, optimizer, schedule."""
+    grid: GridOptions = field(default_factory=GridOptions)
+    """The paper's hyper-parameter grid and restarts; the best run on dev is kept."""
+    outputs: OutputOptions = field(default_factory=OutputOptions)
+    """Predictions and the kept model."""
+    plan: PlanOptions = field(default_factory=PlanOptions)
+    """The launch plan: print what the job would do, for any world size, without starting it."""
+
+    def validate(self, world_size: Optional[int] = None, model_config=None, sequences_per_example: int = 1) -> None:
+        """Every rule, in one place: each section's values as one ConfigError naming every wrong
+        option; with `world_size` and the starting point's `model_config` (the launch plan, which
+        the dry run and the real job share) also whether the model splits over TP and every
+        setting's batch over DP."""
+        problems = [p for name in ("start", "parallel", "recipe", "grid", "outputs", "plan") for p in getattr(self, name).problems()]
+        if problems:
+            raise ConfigError("Invalid options: " + "; ".join(problems) + ".")
+        if world_size is not None and model_config is not None:
+            dp = validate_layout(model_config, world_size, self.parallel.tensor_parallel, 1)
+            for settings in self.settings():
+                batch_plan(self, settings, dp, model_config, sequences_per_example)
+
+    def with_restarts(self, restarts: int) -> "FinetuneConfig":
+        return dataclasses.replace(self, grid=dataclasses.replace(self.grid, restarts=restarts))
 
     def settings(self) -> list["RunSettings"]:
         """Every (batch, lr, epochs, seed) to run, grid settings in order, restarts innermost."""
-        if self.grid:
-            combos = itertools.product(self.grid_batch_sizes, self.grid_lrs, self.grid_epochs)
+        grid, recipe = self.grid, self.recipe
+        if grid.grid:
+            combos = itertools.product(grid.grid_batch_sizes, grid.grid_lrs, grid.grid_epochs)
         else:
-            combos = [(self.batch_size, self.lr, self.epochs)]
+            combos = [(recipe.batch_size, recipe.lr, recipe.epochs)]
         return [
-            RunSettings(batch, lr, epochs, self.seed + restart)
+            RunSettings(batch, lr, epochs, recipe.seed + restart)
             for batch, lr, epochs in combos
-            for restart in range(self.restarts)
+            for restart in range(grid.restarts)
         ]
 
 
@@ -131,57 +214,26 @@ def batch_plan(job: FinetuneConfig, settings: RunSettings, data_parallel: int, m
     model's ceiling at --max-seq-length (a multiple-choice example is one sequence per choice)."""
     from bert_ds.training.batch_plan import micro_batch_ceiling, plan_batches
 
-    ceiling = max(1, micro_batch_ceiling(model_config, job.max_seq_length) // sequences_per_example)
-    return plan_batches(settings.batch_size, job.micro_batch_size, data_parallel, ceiling, option="--batch-size")
-
-
-SECTIONS = {
-    "starting point": ("output", "init", "preset", "tokenizer", "lowercase"),
-    "parallelism and DeepSpeed": ("tensor_parallel", "deepspeed_config", "zero_stage", "precision"),
-    "recipe": ("max_seq_length", "batch_size", "micro_batch_size", "lr", "epochs", "warmup_proportion", "weight_decay",
-               "clip_grad", "dropout", "seed"),
-    "grid and restarts": ("grid", "grid_batch_sizes", "grid_lrs", "grid_epochs", "restarts"),
-    "predictions and outputs": ("eval_batch_size", "save_model"),
-    "launch plan": ("dry_run", "world_size", "plan_json"),
-}
+    ceiling = max(1, micro_batch_ceiling(model_config, job.recipe.max_seq_length) // sequences_per_example)
+    return plan_batches(settings.batch_size, job.recipe.micro_batch_size, data_parallel, ceiling, option="--batch-size")
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Every FinetuneConfig option (the task entrypoints add their own data options first)."""
-    add_options(parser, FinetuneConfig, SECTIONS)
+    add_options(parser, FinetuneConfig)
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
 
 
-MAX_RUNS = 10_000  # grid settings x restarts: more is a typo, not a plan
-
-
-def _positive(value: float) -> bool:
-    return math.isfinite(value) and value > 0
-
-
 def config_from_args(args: argparse.Namespace, default_seq_length: int) -> FinetuneConfig:
-    names = {f.name for f in dataclasses.fields(FinetuneConfig) if f.init}
-    values = {k: v for k, v in vars(args).items() if k in names}
+    """The job's config tree from the parsed options (the task's own options stay in `args`),
+    its values checked (FinetuneConfig.validate)."""
+    values = dict(vars(args))
     # Python 3.11's argparse reads `--lr=--` as an empty list: a value that is missing.
-    empty = sorted(k for k, v in values.items() if isinstance(v, list))
+    empty = sorted(k for k, v in values.items() if isinstance(v, list) and not v)
     if empty:
-        raise ConfigError(f"Missing value for {', '.join('--' + k.replace('_', '-') for k in empty)}.")
-    values["max_seq_length"] = default_seq_length if args.max_seq_length is None else args.max_seq_length
-    job = FinetuneConfig(**values)
-    grid = len(job.grid_batch_sizes) * len(job.grid_lrs) * len(job.grid_epochs) if job.grid else 1
-    checks = [
-        ("--restarts", 1 <= job.restarts and grid * job.restarts <= MAX_RUNS), ("--epochs", job.epochs >= 1),
-        ("--batch-size", job.batch_size >= 1), ("--lr", _positive(job.lr)), ("--max-seq-length", job.max_seq_length >= 8),
-        ("--warmup-proportion", 0 <= job.warmup_proportion < 1), ("--tensor-parallel", job.tensor_parallel >= 1),
-        ("--grid-epochs", all(e >= 1 for e in job.grid_epochs)), ("--grid-batch-sizes", all(b >= 1 for b in job.grid_batch_sizes)),
-        ("--grid-lrs", all(_positive(lr) for lr in job.grid_lrs)), ("--eval-batch-size", job.eval_batch_size >= 1),
-        ("--micro-batch-size", job.micro_batch_size is None or job.micro_batch_size >= 1),
-        ("--clip-grad", math.isfinite(job.clip_grad) and job.clip_grad >= 0),
-        ("--weight-decay", math.isfinite(job.weight_decay) and job.weight_decay >= 0),
-        ("--seed", valid_seed(job.seed)),
-        ("--world-size", job.world_size is None or job.world_size >= 1),
-    ]
-    bad = [name for name, ok in checks if not ok]
-    if bad:
-        raise ConfigError(f"Invalid value for {', '.join(bad)}.")
+        raise ConfigError(f"Missing value for {', '.join(flag(k) for k in empty)}.")
+    if values["max_seq_length"] is None:
+        values["max_seq_length"] = default_seq_length
+    job = from_namespace(FinetuneConfig, values)
+    job.validate()
     return job

@@ -77,15 +77,11 @@ def sequences_per_example(task: TaskData) -> int:
 
 
 def _engine(job: FinetuneConfig, settings: RunSettings, model, layout, total_steps: int, model_config, task):
-    from bert_ds.training.ds_config import build_deepspeed_config
     from bert_ds.training.engine import build_engine
-    from bert_ds.training.optim import OptimizerSettings
 
     plan = batch_plan(job, settings, layout.data_parallel, model_config, sequences_per_example(task))
-    deepspeed_setup = build_deepspeed_config(job.deepspeed_config, plan, layout.device.type, zero_stage=job.zero_stage,
-                                             clip_grad=job.clip_grad, precision=job.precision)
-    optimizer = OptimizerSettings(lr=settings.lr, weight_decay=job.weight_decay, total_steps=total_steps,
-                                  warmup_steps=max(1, int(job.warmup_proportion * total_steps)))
+    deepspeed_setup = job.parallel.deepspeed_setup(plan, layout.device.type, job.recipe.clip_grad)
+    optimizer = job.recipe.optimizer_settings(settings.lr, max(1, int(job.recipe.warmup_proportion * total_steps)), total_steps)
     return build_engine(model, layout, deepspeed_setup, optimizer), plan, deepspeed_setup.notes
 
 
@@ -161,12 +157,12 @@ def run_once(job: FinetuneConfig, task: TaskData, start, layout, settings: RunSe
             train_loss = train_epoch(engine, plan, task, layout, pad_id, order, bar)
         dev_metrics, dev_predictions = {}, {}
         for name, features in task.dev.items():
-            outputs = predict(engine, features, task, layout, pad_id, job.eval_batch_size)
+            outputs = predict(engine, features, task, layout, pad_id, job.outputs.eval_batch_size)
             dev_metrics[name], dev_predictions[name] = task.evaluate(name, outputs)
         history.append(dict(epoch=epoch + 1, train_loss=train_loss, dev=dev_metrics, seconds=time.perf_counter() - began))
         shown = "; ".join(f"{n} " + ", ".join(f"{k} {v:.4f}" for k, v in m.items() if isinstance(v, float)) for n, m in dev_metrics.items())
         layout.say(f"epoch {epoch + 1}/{settings.epochs} | train loss {train_loss:.4f} | dev {shown} | {history[-1]['seconds']:.0f}s")
-    test_outputs = {name: predict(engine, features, task, layout, pad_id, job.eval_batch_size) for name, features in task.test.items()}
+    test_outputs = {name: predict(engine, features, task, layout, pad_id, job.outputs.eval_batch_size) for name, features in task.test.items()}
     result = RunResult(settings, dev_metrics, history, dev_predictions, test_outputs, task.select(dev_metrics))
     keep(result, engine, model)
     del engine, model
@@ -193,7 +189,7 @@ def run_job(job: FinetuneConfig, task: TaskData, start, layout) -> dict:
     best = max(results, key=lambda r: r.score)
     summary = write_results(job, task, results, best, layout, precision)
     if layout.rank == 0:
-        task.write_outputs(job.output, best.dev_predictions, best.test_outputs)
+        task.write_outputs(job.start.output, best.dev_predictions, best.test_outputs)
     dist.barrier()
     return summary
 

@@ -31,7 +31,7 @@ def main(
     args = parser.parse_args(argv)
     try:
         job = config_from_args(args, default_seq_length)
-        if job.dry_run:
+        if job.plan.dry_run:
             return _dry_run(job, plan_data(args, job))
     except USER_ERRORS as error:
         return report(error)
@@ -50,10 +50,10 @@ def _dry_run(job, tasks) -> int:
     from bert_ds.finetune.plan import resolve_finetune_plan
     from bert_ds.training.plan_report import finetune_plan_json, format_finetune_plan, write_plan_json
 
-    plan = resolve_finetune_plan(job, tasks, target=job.dry_run)
+    plan = resolve_finetune_plan(job, tasks, target=job.plan.dry_run)
     print(format_finetune_plan(plan), flush=True)
-    if job.plan_json:
-        write_plan_json(job.plan_json, finetune_plan_json(plan))
+    if job.plan.plan_json:
+        write_plan_json(job.plan.plan_json, finetune_plan_json(plan))
     return 0
 
 
@@ -65,5 +65,6 @@ def _setup(job):
 
     join_process_group()
     start = resolve(job, dist.get_rank())
-    layout = init_parallel(start.model_config, job.tensor_parallel, 1, seed=job.seed)
+    job.validate(dist.get_world_size(), start.model_config)  # the dry run's rules: no grid setting fails late
+    layout = init_parallel(start.model_config, job.parallel.tensor_parallel, 1, seed=job.recipe.seed)
     return start, layout

@@ -157,11 +157,11 @@ def run_tasks(args, job, start, layout) -> dict:
     names = task_names(args)
     summaries = {}
     for name in names:
-        task_job = dataclasses.replace(job, restarts=task_restarts(args, name) or job.restarts)
+        task_job = job.with_restarts(task_restarts(args, name) or job.grid.restarts)
         if len(names) > 1:
-            task_job = dataclasses.replace(task_job, output=str(Path(job.output) / name))
-        Path(task_job.output).mkdir(parents=True, exist_ok=True)
-        task = build_task(name, data, start.tokenizer, job.max_seq_length, say=layout.say)
+            task_job = dataclasses.replace(task_job, start=dataclasses.replace(job.start, output=str(Path(job.start.output) / name)))
+        Path(task_job.start.output).mkdir(parents=True, exist_ok=True)
+        task = build_task(name, data, start.tokenizer, job.recipe.max_seq_length, say=layout.say)
         summaries[name] = run_job(task_job, task, start, layout)
     if len(names) > 1 and layout.rank == 0:
         per_task = {}
@@ -171,7 +171,7 @@ def run_tasks(args, job, start, layout) -> dict:
             if name == "mnli":
                 per_task["mnli-mm"] = {k.split("_", 1)[1]: v for k, v in summary["metrics"].items() if k.startswith("mnli-mm_")}
         average = glue_average(per_task)
-        write_json(Path(job.output) / RESULTS, dict(task="glue", metrics=dict(glue_average=average), tasks=summaries))
+        write_json(Path(job.start.output) / RESULTS, dict(task="glue", metrics=dict(glue_average=average), tasks=summaries))
         print(f"GLUE average (without WNLI): {average:.4f}", flush=True)
     return summaries
 

@@ -51,14 +51,14 @@ class ModelKeeper:
         self.best = -math.inf
 
     def offer(self, result, engine, model) -> None:
-        if not self.job.save_model or not result.score > self.best:
+        if not self.job.outputs.save_model or not result.score > self.best:
             return
         self.best = result.score
         weights = full_fp32_weights(model, self.layout, engine)
         if self.layout.rank == 0:
             from bert_ds.checkpoint.portable import write_portable
 
-            out = Path(self.job.output) / MODEL_SUBDIR
+            out = Path(self.job.start.output) / MODEL_SUBDIR
             write_portable(
                 out, self.start.model_config, weights, tokenizer=self.start.tokenizer,
                 source=f"finetuned:{self.task.name}", task=self.task.export_task,
@@ -88,7 +88,7 @@ def precision_record(job, layout) -> dict:
     """What the runs trained in and why (bert_ds/precision.py; the deterministic choice the plan printed)."""
     from bert_ds.training.ds_config import configured_precision
 
-    choice = configured_precision(job.precision, job.deepspeed_config, layout.device.type)
+    choice = configured_precision(job.parallel.precision, job.parallel.deepspeed_config, layout.device.type)
     return dict(name=choice.name, requested=choice.requested, reason=choice.reason, warning=choice.warning)
 
 
@@ -102,10 +102,10 @@ def write_results(job, task, results: list, best, layout, precision: dict) -> di
         metrics=task.flatten(best.dev_metrics),
         selected=dict(best.settings.hyperparameters(), seed=best.settings.seed),
         runs=len(results),
-        selection=f"best dev score of {len(results)} run(s): {len(results) // job.restarts} setting(s) x {job.restarts} restart(s)",
-        selection_budget=dict(settings=len(results) // job.restarts, restarts=job.restarts, runs=len(results)),
+        selection=f"best dev score of {len(results)} run(s): {len(results) // job.grid.restarts} setting(s) x {job.grid.restarts} restart(s)",
+        selection_budget=dict(settings=len(results) // job.grid.restarts, restarts=job.grid.restarts, runs=len(results)),
         restarts=dict(scores=scores, mean=float(np.mean(scores)), std=float(np.std(scores)), count=len(scores)),
-        init=job.init,
+        init=job.start.init,
         precision=precision,
         all_runs=[
             dict(settings=r.settings.hyperparameters(), seed=r.settings.seed, score=r.score, history=r.history)
@@ -113,8 +113,8 @@ def write_results(job, task, results: list, best, layout, precision: dict) -> di
         ],
     )
     if layout.rank == 0:
-        Path(job.output).mkdir(parents=True, exist_ok=True)
-        write_json(Path(job.output) / RESULTS, summary)
+        Path(job.start.output).mkdir(parents=True, exist_ok=True)
+        write_json(Path(job.start.output) / RESULTS, summary)
         print(f"{task.name}: selected {summary['selected']} -> {summary['metrics']} "
               f"({summary['selection']}; restarts mean {summary['restarts']['mean']:.4f} ± {summary['restarts']['std']:.4f})",
               flush=True)

@@ -7,7 +7,6 @@ memory per device and size of the kept model (training/footprint.py).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
@@ -69,34 +68,33 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
                           env: Optional[Mapping[str, str]] = None) -> FinetunePlan:
     """The plan, or the first user error (ConfigError, DataError, TokenizerError, CheckpointError)."""
     from bert_ds.finetune.starting_point import describe_init
-    from bert_ds.training.ds_config import build_deepspeed_config
     from bert_ds.training.footprint import activation_bytes, buffer_bytes, finetuning_parameters, model_state_bytes
     from bert_ds.training.plan import planned_device_kind, planned_world
 
-    world, world_from = planned_world(job.world_size, env)
+    world, world_from = planned_world(job.plan.world_size, env)
     device_type = planned_device_kind(target)
     config, tokenizer, init_text = describe_init(job)
-    dp = validate_layout(config, world, job.tensor_parallel, 1)
-    runs = {task.name: dataclasses.replace(job, restarts=task.restarts or job.restarts).settings() for task in tasks}
     choices = max(task.sequences_per_example for task in tasks)
+    job.validate(world, config, choices)  # every rule, the layout's and each setting's batch included
+    dp = validate_layout(config, world, job.parallel.tensor_parallel, 1)
+    runs = {task.name: job.with_restarts(task.restarts or job.grid.restarts).settings() for task in tasks}
     batches = {}
     for settings in (s for task_runs in runs.values() for s in task_runs):
         if settings.batch_size not in batches:
             batches[settings.batch_size] = batch_plan(job, settings, dp, config, choices)
     first = next(iter(batches.values()))
-    deepspeed = build_deepspeed_config(job.deepspeed_config, first, device_type, zero_stage=job.zero_stage,
-                                       clip_grad=job.clip_grad, precision=job.precision)
+    deepspeed = job.parallel.deepspeed_setup(first, device_type, job.recipe.clip_grad)
     (ds_config, notes, choice), stage = deepspeed, deepspeed.zero_stage
     precision = choice.name
     biggest, pooler = max(task.head_outputs for task in tasks), any(task.kind != "span" for task in tasks)
-    params = finetuning_parameters(config, job.tensor_parallel, biggest, pooler)
+    params = finetuning_parameters(config, job.parallel.tensor_parallel, biggest, pooler)
     sequences = max(plan.micro_batch_size for plan in batches.values()) * choices
     weights, gradients, optimizer, _ = model_state_bytes(params, precision, stage, dp, offload=False)
     # No MLM head and no pipeline here: the encoder's activations for the largest micro batch.
     memory = MemoryEstimate(
         weights, gradients, optimizer,
         buffer_bytes(params, precision, stage, dp, ds_config["zero_optimization"].get("reduce_bucket_size", 500_000_000)),
-        activation_bytes(config, job.max_seq_length, sequences, job.tensor_parallel, config.num_layers, precision,
+        activation_bytes(config, job.recipe.max_seq_length, sequences, job.parallel.tensor_parallel, config.num_layers, precision,
                          device_type == "gpu", mask_prob=0.0),
     )
     text = f"{tokenizer.name}: {tokenizer.vocab_size:,} entries, {tokenizer.casing()}"

@@ -163,9 +163,9 @@ def run_tasks(args, job, start, layout) -> dict:
 
     specs = data_specs(args)
     check_options(args)
-    Path(job.output).mkdir(parents=True, exist_ok=True)
+    Path(job.start.output).mkdir(parents=True, exist_ok=True)
     task = build_task(
-        args.version, specs, start.tokenizer, job.max_seq_length, args.doc_stride, args.max_query_length,
+        args.version, specs, start.tokenizer, job.recipe.max_seq_length, args.doc_stride, args.max_query_length,
         args.n_best_size, args.max_answer_length, args.null_score_diff_threshold, say=layout.say,
     )
     return run_job(job, task, start, layout)

@@ -71,17 +71,17 @@ def _portable(init: str, output: Path, rank: int) -> PortableCheckpoint:
 
 def resolve(job, rank: int) -> StartingPoint:
     """Collective: the checkpoint, tokenizer and model config of `job` (a FinetuneConfig)."""
-    checkpoint = _portable(job.init, Path(job.output), rank) if job.init else None
-    if job.tokenizer:
-        tokenizer = load_tokenizer(job.tokenizer, job.lowercase)
+    checkpoint = _portable(job.start.init, Path(job.start.output), rank) if job.start.init else None
+    if job.start.tokenizer:
+        tokenizer = load_tokenizer(job.start.tokenizer, job.start.lowercase)
     elif checkpoint is not None and checkpoint.tokenizer_dir is not None:
-        tokenizer = load_tokenizer(checkpoint.tokenizer_dir, job.lowercase)
+        tokenizer = load_tokenizer(checkpoint.tokenizer_dir, job.start.lowercase)
     else:
         raise ConfigError("--tokenizer is required: --init is missing or stores no tokenizer.")
     if checkpoint is not None:
-        config, description = checkpoint.model_config, f"{job.init} ({checkpoint.manifest.get('source', 'portable')})"
+        config, description = checkpoint.model_config, f"{job.start.init} ({checkpoint.manifest.get('source', 'portable')})"
     else:
-        config, description = model_preset(job.preset), f"random weights (preset {job.preset}; no --init)"
+        config, description = model_preset(job.start.preset), f"random weights (preset {job.start.preset}; no --init)"
     return StartingPoint(checkpoint, tokenizer, finetuning_model_config(job, config, tokenizer, checkpoint is not None), description)
 
 
@@ -95,11 +95,11 @@ def finetuning_model_config(job, config: ModelConfig, tokenizer, from_checkpoint
     # Pad like pre-training (rows beyond the tokenizer are never used); the loader zero-fills them.
     vocab = padded_vocab_size(max(tokenizer.vocab_size, config.vocab_size if from_checkpoint else 0))
     overrides = dict(vocab_size=vocab, activation_checkpointing=False)  # causal stays: an LTR model fine-tunes as LTR
-    if job.dropout is not None:
-        overrides.update(hidden_dropout=job.dropout, attention_dropout=job.dropout)
-    if job.max_seq_length > config.max_position_embeddings:
+    if job.recipe.dropout is not None:
+        overrides.update(hidden_dropout=job.recipe.dropout, attention_dropout=job.recipe.dropout)
+    if job.recipe.max_seq_length > config.max_position_embeddings:
         raise ConfigError(
-            f"--max-seq-length {job.max_seq_length} exceeds the model's {config.max_position_embeddings} positions."
+            f"--max-seq-length {job.recipe.max_seq_length} exceeds the model's {config.max_position_embeddings} positions."
         )
     return config.replace(**overrides)
 
@@ -107,15 +107,15 @@ def finetuning_model_config(job, config: ModelConfig, tokenizer, from_checkpoint
 def describe_init(job) -> tuple[ModelConfig, object, str]:
     """(model config, tokenizer, description) of `job`'s starting point, read from manifests only:
     no weights loaded, nothing converted or written (the dry run's view of `resolve`)."""
-    if not job.init:
-        if not job.tokenizer:
+    if not job.start.init:
+        if not job.start.tokenizer:
             raise ConfigError("--tokenizer is required: --init is missing or stores no tokenizer.")
-        tokenizer = load_tokenizer(job.tokenizer, job.lowercase)
-        return finetuning_model_config(job, model_preset(job.preset), tokenizer, False), tokenizer, \
-            f"random weights (preset {job.preset}; no --init)"
-    path = Path(job.init)
+        tokenizer = load_tokenizer(job.start.tokenizer, job.start.lowercase)
+        return finetuning_model_config(job, model_preset(job.start.preset), tokenizer, False), tokenizer, \
+            f"random weights (preset {job.start.preset}; no --init)"
+    path = Path(job.start.init)
     if not path.is_dir():
-        raise CheckpointError(f"--init {job.init}: no such folder.")
+        raise CheckpointError(f"--init {job.start.init}: no such folder.")
     kind = _kind(path)
     if kind == "portable":
         checkpoint = open_portable(path)
@@ -127,13 +127,13 @@ def describe_init(job) -> tuple[ModelConfig, object, str]:
         config, tokenizer_dir = model_config_from_hf(read_hf_config(path / "config.json")[1]), path
     else:
         config, tokenizer_dir = _zero_model_config(path)
-    if job.tokenizer:
-        tokenizer = load_tokenizer(job.tokenizer, job.lowercase)
+    if job.start.tokenizer:
+        tokenizer = load_tokenizer(job.start.tokenizer, job.start.lowercase)
     elif tokenizer_dir is not None and tokenizer_dir.is_dir():
-        tokenizer = load_tokenizer(tokenizer_dir, job.lowercase)
+        tokenizer = load_tokenizer(tokenizer_dir, job.start.lowercase)
     else:
-        raise ConfigError(f"--tokenizer is required: --init {job.init} stores no tokenizer.")
-    return finetuning_model_config(job, config, tokenizer, True), tokenizer, f"{job.init} ({kind} checkpoint)"
+        raise ConfigError(f"--tokenizer is required: --init {job.start.init} stores no tokenizer.")
+    return finetuning_model_config(job, config, tokenizer, True), tokenizer, f"{job.start.init} ({kind} checkpoint)"
 
 
 def _zero_model_config(path: Path) -> tuple[ModelConfig, Path]:

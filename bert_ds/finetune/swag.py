@@ -135,8 +135,8 @@ def run_tasks(args, job, start, layout) -> dict:
     from bert_ds.finetune.core import run_job
 
     data = data_spec(args)
-    Path(job.output).mkdir(parents=True, exist_ok=True)
-    task = build_task(data, start.tokenizer, job.max_seq_length, say=layout.say)
+    Path(job.start.output).mkdir(parents=True, exist_ok=True)
+    task = build_task(data, start.tokenizer, job.recipe.max_seq_length, say=layout.say)
     return run_job(job, task, start, layout)
 
 

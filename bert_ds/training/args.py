@@ -1,4 +1,6 @@
-"""Command-line options of `bert_ds/pretrain.py` -> one validated `RunConfig`.
+"""Command-line options of `bert_ds/pretrain.py` -> one validated `RunConfig`, a tree of sections
+(model, parallel, data, optim, eval, checkpoint, log, plan; training/sections.py holds the ones
+fine-tuning shares).
 
 Defaults depend on the preset: the paper's recipe (DESIGN.md) for base and large; small, fast
 values for tiny/mini/small so a CPU run finishes in minutes. Every user error becomes a
@@ -13,10 +15,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bert_ds.config import PRESETS, SENTENCE_SPLITTERS, ConfigError, DataConfig, ModelConfig, model_preset
-from bert_ds.options import HelpFormatter, add_options, option, refuse_empty_values
-from bert_ds.precision import PRECISIONS
+from bert_ds.config import (
+    PRESETS, SENTENCE_SPLITTERS, ConfigError, DataConfig, ModelConfig, model_preset, padded_vocab_size, validate_layout,
+)
+from bert_ds.options import HelpFormatter, add_options, flat, from_namespace, option, refuse_empty_values
+from bert_ds.training.sections import (
+    OptimizerOptions, ParallelOptions, PlanOptions, at_least, micro_batch_size, positive_finite,
+)
 
+# Presets as data: the training values each preset overrides (the model's are config.PRESETS).
 # The paper: batch 256 x 512 tokens... as 256 sequences, Adam lr 1e-4, 10k warm-up, 1M steps.
 # The micro batch is not here: by default `auto` picks it per layout (training/batch_plan.py).
 _PAPER = dict(global_batch_size=256, lr=1e-4, warmup_steps=10_000, train_steps=1_000_000)
@@ -29,51 +36,71 @@ TRAINING_DEFAULTS = {
 }
 
 
-def micro_batch_size(text: str) -> Optional[int]:
-    """`auto` (None) or a positive integer, for --micro-batch-size."""
-    if text == "auto":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (or auto), got {value}")
-    return value
-
-
 BY_PRESET = dict(parser_default=None)
 """Metadata of a field whose default is the preset's (TRAINING_DEFAULTS): absent from the command
 line it is None until parse_args fills it in."""
 
 
 @dataclass
-class RunConfig:
-    """Everything one pre-training run needs; built by `parse_args`. Each field is one command-line
-    option (bert_ds/options.py): its docstring is the option's --help, SECTIONS groups them."""
+class ModelOptions:
+    """The encoder: its size preset and what pre-training changes about it."""
 
     preset: str = field(default="tiny", metadata=option(choices=sorted(PRESETS)))
     """Model size: tiny, mini, small, base or large (bert_ds/config.py PRESETS)."""
-    tensor_parallel: int = 1
-    """Tensor-parallel size TP (megatron-core layers)."""
-    pipeline_parallel: int = 1
-    """Pipeline-parallel size PP (DeepSpeed PipelineModule)."""
+    dropout: Optional[float] = None
+    """Hidden and attention dropout (default: the preset's 0.1; 0 turns it off)."""
+    layer_norm_position: str = field(default="post", metadata=option(choices=["post", "pre"]))
+    """post: original BERT (LayerNorm after each residual add); pre: LayerNorm before each sub-layer."""
+    activation_checkpointing: bool = False
+    """Recompute each layer's activations in backward: less memory, about 1/3 more compute."""
+
+    def problems(self) -> list[str]:
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            return [f"--dropout must be in [0, 1), got {self.dropout}"]
+        return []
+
+
+@dataclass
+class PretrainParallel(ParallelOptions):
+    """How the job is split over processes (world = TP x PP x DP) and run by DeepSpeed."""
+
     deepspeed_config: str = field(default="zero1", metadata=option(parser_default=None))
     """A ds_configs/ name (zero1, zero2, zero3, pipeline, zero2_offload, ...) or a JSON path
     (default: zero1; pipeline for PP > 1)."""
-    zero_stage: Optional[int] = field(default=None, metadata=option(choices=[0, 1, 2, 3]))
-    """Override the DeepSpeed config's ZeRO stage."""
-    precision: str = field(default="auto", metadata=option(choices=PRECISIONS))
-    """auto: bf16 on GPUs and on CPUs with a bf16 matrix instruction (AMX, AVX512-BF16), fp32
-    elsewhere; bf16/fp16 are DeepSpeed mixed precision with fp32 master weights (fp16: GPUs only)."""
-    data: list[str] = field(default_factory=lambda: ["sample"])
+    pipeline_parallel: int = 1
+    """Pipeline-parallel size PP (DeepSpeed PipelineModule)."""
+
+    def problems(self) -> list[str]:
+        return at_least(self, 1, "tensor_parallel", "pipeline_parallel")
+
+    def deepspeed_setup(self, batch, device_type: str, clip_grad: float, pipeline_parallel: Optional[int] = None):
+        return super().deepspeed_setup(batch, device_type, clip_grad, self.pipeline_parallel)
+
+
+@dataclass
+class DataOptions:
+    """Where the text comes from and how it becomes masked-LM/NSP examples. The fields after
+    `lowercase` are DataConfig's (bert_ds/config.py), with its defaults."""
+
+    sources: list[str] = field(default_factory=lambda: ["sample"], metadata=option(flag="--data"))
     """Sources [NAME=]LOCATION[@WEIGHT][#LAYOUT]; LAYOUT: book, article, sentences[:N] or lines
     (default by kind: sentences:256 for the hub's BookCorpus, article for other hub data and
     JSON/Parquet, book for .txt); "sample" is the built-in corpus."""
-    sentence_splitter: str = field(default=DataConfig.sentence_splitter, metadata=option(choices=SENTENCE_SPLITTERS))
-    """How paragraphs are cut into NSP's sentences (data/splitters.py)."""
+    tokenizer: Optional[str] = None
+    """sentencepiece .model, vocab.txt, a folder, or bert-base-uncased / bert-base-cased (built in);
+    default: bert-base-uncased for base/large on your own --data, a sentencepiece model trained
+    on the built-in sample for the sample."""
+    lowercase: Optional[bool] = None
+    """Lowercase and strip accents before WordPiece lookup (default: the vocabulary's own casing, data/wordpiece.py)."""
+    seq_length: int = DataConfig.seq_length
+    """Tokens per sequence ([CLS]/[SEP] included): 128 in the paper's phase 1, 512 in phase 2."""
+    objective: str = field(default=DataConfig.objective, metadata=option(choices=["mlm_nsp", "mlm", "ltr"]))
+    """Table 5's objectives: masked LM + next sentence prediction, masked LM only, or left-to-right LM."""
     mask_prob: float = DataConfig.mask_prob
     """Share of non-special tokens selected for masked-LM prediction."""
+    dynamic_masking: bool = field(default=DataConfig.dynamic_masking, metadata=option(flag="--static-masking"))
+    """New masks each time an example is drawn (the default); --static-masking: one fixed mask per
+    example, from the seed."""
     short_seq_prob: float = DataConfig.short_seq_prob
     """Probability of a shorter target length for an NSP pair."""
     block_documents: int = DataConfig.block_documents
@@ -81,6 +108,52 @@ class RunConfig:
     A resume re-reads at most one block."""
     txt_documents: str = field(default=DataConfig.txt_documents, metadata=option(choices=["file", "blank_line"]))
     """.txt sources of layout `book`: one document per file, or one per blank-line separated block."""
+    sentence_splitter: str = field(default=DataConfig.sentence_splitter, metadata=option(choices=SENTENCE_SPLITTERS))
+    """How paragraphs are cut into NSP's sentences (data/splitters.py)."""
+    num_workers: int = DataConfig.num_workers
+    """DataLoader worker processes per rank (0: batches are built in the training process)."""
+    seed: int = DataConfig.seed
+    """Seeds the weights, dropout, file order, pairing, shuffling and masking."""
+
+    def data_config(self, micro_batch_size: Optional[int]) -> DataConfig:
+        """The data loader's settings (every DataConfig field but the micro batch is one of ours)."""
+        names = [f.name for f in dataclasses.fields(DataConfig) if f.name != "micro_batch_size"]
+        return DataConfig(micro_batch_size=micro_batch_size, **{name: getattr(self, name) for name in names})
+
+
+@dataclass
+class OptimOptions(OptimizerOptions):
+    """The batch, the optimizer and its learning-rate schedule (batch, steps and lr: by preset)."""
+
+    global_batch_size: int = field(default=None, metadata=BY_PRESET)
+    """Sequences per optimizer step over all data-parallel ranks (default: by preset)."""
+    micro_batch_size: Optional[int] = field(default=None, metadata=option(parse=micro_batch_size))
+    """Sequences per forward/backward on one rank, or auto: the largest that divides the per-rank
+    batch up to the preset's ceiling (training/batch_plan.py; default auto)."""
+    train_steps: int = field(default=None, metadata=BY_PRESET)
+    """Optimizer steps (default: by preset)."""
+    lr: float = field(default=None, metadata=BY_PRESET)
+    """Peak learning rate (default: by preset)."""
+    warmup_steps: int = field(default=None, metadata=BY_PRESET)
+    """Linear warm-up steps, then linear decay to 0 at --train-steps (default: by preset)."""
+
+    def problems(self) -> list[str]:
+        problems = super().problems() + at_least(self, 1, "train_steps", "global_batch_size")
+        if self.warmup_steps < 0:
+            problems.append(f"--warmup-steps must be >= 0, got {self.warmup_steps}")
+        if not positive_finite(self.lr):
+            problems.append(f"--lr must be positive and finite, got {self.lr}")
+        return problems
+
+    def settings(self):
+        """The optimizer and LR schedule of this run (training/optim.py)."""
+        return self.optimizer_settings(self.lr, self.warmup_steps, self.train_steps)
+
+
+@dataclass
+class EvalOptions:
+    """Held-out evaluation: masked-LM and NSP accuracy on text the run never trains on."""
+
     eval_data: Optional[list[str]] = None
     """Held-out sources, the --data syntax (default with the sample: its held-out Wikipedia articles)."""
     eval_interval: Optional[int] = None
@@ -94,52 +167,33 @@ class RunConfig:
     keep_best: bool = False
     """Also checkpoint every evaluation that improves held-out masked-LM accuracy and keep the best
     one apart from --keep-last (best.json names it)."""
-    tokenizer: Optional[str] = None
-    """sentencepiece .model, vocab.txt, a folder, or bert-base-uncased / bert-base-cased (built in);
-    default: bert-base-uncased for base/large on your own --data, a sentencepiece model trained
-    on the built-in sample for the sample."""
-    lowercase: Optional[bool] = None
-    """Lowercase and strip accents before WordPiece lookup (default: the vocabulary's own casing, data/wordpiece.py)."""
-    seq_length: int = DataConfig.seq_length
-    """Tokens per sequence ([CLS]/[SEP] included): 128 in the paper's phase 1, 512 in phase 2."""
-    micro_batch_size: Optional[int] = field(default=None, metadata=option(parse=micro_batch_size))
-    """Sequences per forward/backward on one rank, or auto: the largest that divides the per-rank
-    batch up to the preset's ceiling (training/batch_plan.py; default auto)."""
-    global_batch_size: int = field(default=None, metadata=BY_PRESET)
-    """Sequences per optimizer step over all data-parallel ranks (default: by preset)."""
-    train_steps: int = field(default=None, metadata=BY_PRESET)
-    """Optimizer steps (default: by preset)."""
-    lr: float = field(default=None, metadata=BY_PRESET)
-    """Peak learning rate (default: by preset)."""
-    warmup_steps: int = field(default=None, metadata=BY_PRESET)
-    """Linear warm-up steps, then linear decay to 0 at --train-steps (default: by preset)."""
-    optimizer: str = field(default="adamw", metadata=option(choices=["adamw", "lamb"]))
-    """adamw (the paper's Adam with decoupled weight decay) or lamb (large batches)."""
-    weight_decay: float = 0.01
-    """Decoupled weight decay of the weight matrices (biases and LayerNorm are exempt)."""
-    adam_beta1: float = 0.9
-    """Adam's first-moment decay."""
-    adam_beta2: float = 0.999
-    """Adam's second-moment decay."""
-    adam_eps: float = 1e-6
-    """Adam's epsilon (BERT's 1e-6)."""
-    clip_grad: float = 1.0
-    """Gradient-norm clipping threshold (0 turns it off)."""
-    objective: str = field(default=DataConfig.objective, metadata=option(choices=["mlm_nsp", "mlm", "ltr"]))
-    """Table 5's objectives: masked LM + next sentence prediction, masked LM only, or left-to-right LM."""
-    dropout: Optional[float] = None
-    """Hidden and attention dropout (default: the preset's 0.1; 0 turns it off)."""
-    layer_norm_position: str = field(default="post", metadata=option(choices=["post", "pre"]))
-    """post: original BERT (LayerNorm after each residual add); pre: LayerNorm before each sub-layer."""
-    activation_checkpointing: bool = False
-    """Recompute each layer's activations in backward: less memory, about 1/3 more compute."""
-    dynamic_masking: bool = field(default=DataConfig.dynamic_masking, metadata=option(flag="--static-masking"))
-    """New masks each time an example is drawn (the default); --static-masking: one fixed mask per
-    example, from the seed."""
-    num_workers: int = DataConfig.num_workers
-    """DataLoader worker processes per rank (0: batches are built in the training process)."""
-    seed: int = DataConfig.seed
-    """Seeds the weights, dropout, file order, pairing, shuffling and masking."""
+
+    @property
+    def evaluating(self) -> bool:
+        return self.eval_interval is not None or self.eval_only
+
+    def problems(self) -> list[str]:
+        problems = at_least(self, 1, "eval_interval", "eval_samples")
+        if self.evaluating and self.eval_data is None:
+            problems.append("--eval-interval needs --eval-data (held-out text, the --data syntax) unless training on the sample")
+        if self.eval_data is not None and not self.evaluating:
+            problems.append("--eval-data needs --eval-interval (or --eval-only)")
+        if self.eval_samples is not None and not self.evaluating:
+            problems.append("--eval-samples needs --eval-interval (or --eval-only)")
+        target = self.target_mlm_accuracy
+        if target is not None and not (math.isfinite(target) and 0.0 < target <= 1.0):
+            problems.append(f"--target-mlm-accuracy must be in (0, 1], got {target}")
+        if target is not None and self.eval_interval is None:
+            problems.append("--target-mlm-accuracy needs --eval-interval")
+        if self.eval_only and (target is not None or self.keep_best):
+            problems.append("--eval-only trains nothing: it takes no --target-mlm-accuracy or --keep-best")
+        return problems
+
+
+@dataclass
+class CheckpointOptions:
+    """Where checkpoints go, how many are kept, and where a run resumes from."""
+
     save: Optional[str] = None
     """Checkpoint folder."""
     save_interval: int = 0
@@ -159,86 +213,140 @@ class RunConfig:
     fallback_to_previous: bool = False
     """When the latest checkpoint is damaged (a file missing or truncated), resume from the newest
     intact earlier one instead of stopping."""
-    max_skipped_steps: int = 20
-    """Stop after this many consecutive steps whose gradients were not finite (each is skipped)."""
-    example_log: Optional[str] = None
-    """Write each step's example ids to EXAMPLE_LOG.dpN (one file per data-parallel rank); on resume
-    the log is cut back to the checkpoint's step, so it lists exactly the examples trained on."""
+
+    @property
+    def load_dir(self) -> Optional[str]:
+        """The folder the run resumes from, if any (--load, or --save with --auto-resume)."""
+        return self.load or (self.save if self.auto_resume else None)
+
+    def problems(self) -> list[str]:
+        problems = at_least(self, 1, "keep_last", "stop_at_step", "phase_start_step")
+        if self.save_interval < 0:
+            problems.append(f"--save-interval must be >= 0, got {self.save_interval}")
+        if self.phase_start_step is not None and not (self.load or self.auto_resume):
+            problems.append("--phase-start-step needs the checkpoint to continue from (--load, or --save with --auto-resume)")
+        if self.auto_resume and not self.save:
+            problems.append("--auto-resume needs --save (the folder to resume from)")
+        if self.load and self.auto_resume:
+            problems.append("--load and --auto-resume exclude each other")
+        return problems
+
+
+@dataclass
+class LogOptions:
+    """Progress lines, metrics files and the run's health checks."""
+
     log_interval: int = 10
     """Steps between progress lines (console, --metrics-file, --tensorboard-dir)."""
     metrics_file: Optional[str] = None
     """JSON Lines file, one object per logged step and per evaluation."""
     tensorboard_dir: Optional[str] = None
     """TensorBoard event folder (train/ and eval/ scalars)."""
-    dry_run: Optional[str] = field(default=None, metadata=option(nargs="?", const="auto", choices=["auto", "gpu", "cpu"]))
-    """Print the launch plan (sizes, batch, ZeRO, precision, tokenizer, data, memory) for this device
-    (auto), or for GPUs or CPUs, and exit: 0 if the run would start, 2 otherwise."""
-    world_size: Optional[int] = None
-    """Processes the plan is for (default: from the launcher's variables, as the real run)."""
+    example_log: Optional[str] = None
+    """Write each step's example ids to EXAMPLE_LOG.dpN (one file per data-parallel rank); on resume
+    the log is cut back to the checkpoint's step, so it lists exactly the examples trained on."""
+    max_skipped_steps: int = 20
+    """Stop after this many consecutive steps whose gradients were not finite (each is skipped)."""
+
+    def problems(self) -> list[str]:
+        return at_least(self, 1, "log_interval", "max_skipped_steps")
+
+
+@dataclass
+class PretrainPlan(PlanOptions):
+    """The launch plan: print what the run would do, for any world size, without starting it."""
+
     plan_from_step: Optional[int] = None
     """With --dry-run: plan as if resuming at this step, without looking for the checkpoint (a
     later phase planned before the earlier one ran)."""
-    plan_json: Optional[str] = None
-    """Also write the resolved launch plan as JSON to this path (dry run or real run)."""
+
+    def problems(self) -> list[str]:
+        problems = super().problems() + at_least(self, 1, "plan_from_step")
+        if self.plan_from_step is not None and not self.dry_run:
+            problems.append("--plan-from-step only goes with --dry-run")
+        return problems
+
+
+@dataclass
+class RunConfig:
+    """Everything one pre-training run needs, as a tree of sections; built by `parse_args`. Each
+    leaf field is one command-line option (bert_ds/options.py): its docstring the --help, its
+    section the --help group."""
+
+    model: ModelOptions = field(default_factory=ModelOptions)
+    """The encoder: its size preset and what pre-training changes about it."""
+    parallel: PretrainParallel = field(default_factory=PretrainParallel)
+    """How the job is split over processes (world = TP x PP x DP) and run by DeepSpeed."""
+    data: DataOptions = field(default_factory=DataOptions)
+    """Where the text comes from and how it becomes masked-LM/NSP examples."""
+    optim: OptimOptions = field(default_factory=OptimOptions)
+    """The batch, the optimizer and its learning-rate schedule (batch, steps and lr: by preset)."""
+    eval: EvalOptions = field(default_factory=EvalOptions)
+    """Held-out evaluation: masked-LM and NSP accuracy on text the run never trains on."""
+    checkpoint: CheckpointOptions = field(default_factory=CheckpointOptions)
+    """Where checkpoints go, how many are kept, and where a run resumes from."""
+    log: LogOptions = field(default_factory=LogOptions)
+    """Progress lines, metrics files and the run's health checks."""
+    plan: PretrainPlan = field(default_factory=PretrainPlan)
+    """The launch plan: print what the run would do, for any world size, without starting it."""
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         """The model for this run, with `vocab_size` from the tokenizer (padded for TP)."""
         overrides = dict(
             vocab_size=vocab_size,
-            layer_norm_position=self.layer_norm_position,
-            causal=self.objective == "ltr",
-            activation_checkpointing=self.activation_checkpointing,
+            layer_norm_position=self.model.layer_norm_position,
+            causal=self.data.objective == "ltr",
+            activation_checkpointing=self.model.activation_checkpointing,
         )
-        if self.dropout is not None:
-            overrides.update(hidden_dropout=self.dropout, attention_dropout=self.dropout)
-        return model_preset(self.preset, **overrides)
+        if self.model.dropout is not None:
+            overrides.update(hidden_dropout=self.model.dropout, attention_dropout=self.model.dropout)
+        return model_preset(self.model.preset, **overrides)
 
-    def optimizer_settings(self):
-        """The optimizer and LR schedule of this run (training/optim.py)."""
-        from bert_ds.training.optim import OptimizerSettings
-
-        return OptimizerSettings(
-            name=self.optimizer, lr=self.lr, weight_decay=self.weight_decay, betas=(self.adam_beta1, self.adam_beta2),
-            eps=self.adam_eps, warmup_steps=self.warmup_steps, total_steps=self.train_steps,
-        )
+    def deepspeed_setup(self, batch, device_type: str):
+        """The run's DeepSpeed setup for its batch plan (the launch plan's and the engine's)."""
+        return self.parallel.deepspeed_setup(batch, device_type, self.optim.clip_grad)
 
     def data_config(self) -> DataConfig:
-        """The data settings of this run: every DataConfig field is a RunConfig field (one option each)."""
-        return DataConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DataConfig)})
+        """The data loader's settings: the data section and the (resolved) micro batch."""
+        return self.data.data_config(self.optim.micro_batch_size)
 
-    def validate(self) -> None:
-        """Every rule on the options alone, the data's included, as one ConfigError naming each
-        option that is wrong. Rules that need the world size and the tokenizer's vocabulary
-        (config.validate_layout, the batch plan) run in the launch plan, which a dry run shares."""
-        problems = _option_problems(self)
-        _check_evaluation(self, problems)
-        problems += self.data_config().problems(PRESETS[self.preset].max_position_embeddings)
+    def flat(self) -> dict:
+        """{option name: value}: the shape of the records (checkpoints, plan JSON)."""
+        return flat(self)
+
+    def with_micro_batch(self, micro_batch_size: int) -> "RunConfig":
+        """A copy with `auto` resolved to this micro batch (the launch plan's)."""
+        return dataclasses.replace(self, optim=dataclasses.replace(self.optim, micro_batch_size=micro_batch_size))
+
+    def validate(self, world_size: Optional[int] = None, vocab_size: Optional[int] = None) -> None:
+        """Every rule, in one place. Without `world_size`: each section's values and the rules
+        between sections, as one ConfigError naming every wrong option. With it (the launch plan,
+        which a dry run and a real run share): also whether the model splits over world = TP x PP
+        x DP (config.validate_layout, with `vocab_size`: the tokenizer's, padded; default BERT's)
+        and whether the global batch splits over DP (training/batch_plan.py)."""
+        problems = [p for name in ("model", "parallel", "optim", "eval", "checkpoint", "log", "plan")
+                    for p in getattr(self, name).problems()]
+        problems += self.data.data_config(self.optim.micro_batch_size).problems(PRESETS[self.model.preset].max_position_embeddings)
+        if self.eval.keep_best and (self.eval.eval_interval is None or not self.checkpoint.save):
+            problems.append("--keep-best needs --eval-interval and --save")
         if problems:
             raise ConfigError("Invalid options: " + "; ".join(problems) + ".")
+        if world_size is not None:
+            from bert_ds.training.batch_plan import micro_batch_ceiling, plan_batches
+
+            model = self.model_config(vocab_size or padded_vocab_size(ModelConfig.vocab_size))
+            dp = validate_layout(model, world_size, self.parallel.tensor_parallel, self.parallel.pipeline_parallel)
+            plan_batches(self.optim.global_batch_size, self.optim.micro_batch_size, dp,
+                         micro_batch_ceiling(model, self.data.seq_length))
 
     def validate_batch(self, data_parallel: int) -> int:
         """Gradient-accumulation steps: global batch = micro batch x DP x accumulation."""
         from bert_ds.training.batch_plan import plan_batches
 
-        if self.micro_batch_size is None:
+        micro = self.optim.micro_batch_size
+        if micro is None:
             raise ConfigError("The micro batch is `auto` until the launch plan resolves it (training/plan.py).")
-        return plan_batches(self.global_batch_size, self.micro_batch_size, data_parallel, self.micro_batch_size).accumulation
-
-
-# The parts of a job, as --help lists them (every option is in exactly one).
-SECTIONS = {
-    "model": ("preset", "dropout", "layer_norm_position", "activation_checkpointing"),
-    "parallelism and DeepSpeed": ("tensor_parallel", "pipeline_parallel", "deepspeed_config", "zero_stage", "precision"),
-    "data": ("data", "tokenizer", "lowercase", "seq_length", "objective", "mask_prob", "dynamic_masking", "short_seq_prob",
-             "block_documents", "txt_documents", "sentence_splitter", "num_workers", "seed"),
-    "batch and optimizer": ("global_batch_size", "micro_batch_size", "train_steps", "lr", "warmup_steps", "optimizer",
-                            "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "clip_grad"),
-    "held-out evaluation": ("eval_data", "eval_interval", "eval_samples", "eval_only", "target_mlm_accuracy", "keep_best"),
-    "checkpoints and resume": ("save", "save_interval", "keep_last", "load", "auto_resume", "stop_at_step", "phase_start_step",
-                               "fallback_to_previous"),
-    "logging and health": ("log_interval", "metrics_file", "tensorboard_dir", "example_log", "max_skipped_steps"),
-    "launch plan": ("dry_run", "world_size", "plan_from_step", "plan_json"),
-}
+        return plan_batches(self.optim.global_batch_size, micro, data_parallel, micro).accumulation
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -247,25 +355,24 @@ def _parser() -> argparse.ArgumentParser:
         description="Pre-train BERT (masked LM + next sentence prediction) with DeepSpeed and megatron-core.",
         formatter_class=HelpFormatter,
     )
-    add_options(parser, RunConfig, SECTIONS)
+    add_options(parser, RunConfig)
     # The deepspeed launcher appends --local_rank=N; LOCAL_RANK in the environment says the same.
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     return parser
 
 
 def parse_args(argv: Optional[list[str]] = None) -> RunConfig:
-    """Parse and validate; preset-dependent defaults fill what was not given."""
+    """Parse and validate; the preset's training defaults (TRAINING_DEFAULTS) fill what was not given."""
     parser = _parser()
     refuse_empty_values(parser, argv)
-    args = parser.parse_args(argv)
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
-    for name, default in TRAINING_DEFAULTS[args.preset].items():
+    values = vars(parser.parse_args(argv))
+    for name, default in TRAINING_DEFAULTS[values["preset"]].items():
         if values[name] is None:
             values[name] = default
     if values["deepspeed_config"] is None:
-        values["deepspeed_config"] = "pipeline" if args.pipeline_parallel > 1 else "zero1"
+        values["deepspeed_config"] = "pipeline" if values["pipeline_parallel"] > 1 else "zero1"
     _default_eval_data(values)
-    run = RunConfig(**values)
+    run = from_namespace(RunConfig, values)
     run.validate()
     return run
 
@@ -276,63 +383,5 @@ def _default_eval_data(values: dict) -> None:
     from bert_ds.data.sources import SAMPLE_HELD_OUT_SPEC, SAMPLE_TRAIN_SPECS
 
     evaluating = values["eval_interval"] is not None or values["eval_only"]
-    if evaluating and values["eval_data"] is None and values["data"] == ["sample"]:
-        values["data"], values["eval_data"] = list(SAMPLE_TRAIN_SPECS), [SAMPLE_HELD_OUT_SPEC]
-
-
-def _check_evaluation(run: RunConfig, problems: list[str]) -> None:
-    evaluating = run.eval_interval is not None or run.eval_only
-    if run.eval_interval is not None and run.eval_interval < 1:
-        problems.append(f"--eval-interval must be at least 1 (leave it out to not evaluate), got {run.eval_interval}")
-    if run.eval_samples is not None and run.eval_samples < 1:
-        problems.append(f"--eval-samples must be at least 1, got {run.eval_samples}")
-    if evaluating and run.eval_data is None:
-        problems.append("--eval-interval needs --eval-data (held-out text, the --data syntax) unless training on the sample")
-    if run.eval_data is not None and not evaluating:
-        problems.append("--eval-data needs --eval-interval (or --eval-only)")
-    if run.eval_samples is not None and not evaluating:
-        problems.append("--eval-samples needs --eval-interval (or --eval-only)")
-    target = run.target_mlm_accuracy
-    if target is not None and not (math.isfinite(target) and 0.0 < target <= 1.0):
-        problems.append(f"--target-mlm-accuracy must be in (0, 1], got {target}")
-    if target is not None and run.eval_interval is None:
-        problems.append("--target-mlm-accuracy needs --eval-interval")
-    if run.keep_best and (run.eval_interval is None or not run.save):
-        problems.append("--keep-best needs --eval-interval and --save")
-    if run.eval_only and (run.target_mlm_accuracy is not None or run.keep_best):
-        problems.append("--eval-only trains nothing: it takes no --target-mlm-accuracy or --keep-best")
-
-
-def _option_problems(run: RunConfig) -> list[str]:
-    problems = []
-    for name in ("train_steps", "global_batch_size", "log_interval", "max_skipped_steps"):
-        if getattr(run, name) < 1:
-            problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(run, name)}")
-    for name in ("warmup_steps", "save_interval"):
-        if getattr(run, name) < 0:
-            problems.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(run, name)}")
-    if not (math.isfinite(run.lr) and run.lr > 0):
-        problems.append(f"--lr must be positive and finite, got {run.lr}")
-    for name in ("weight_decay", "clip_grad", "adam_eps"):
-        value = getattr(run, name)
-        if not (math.isfinite(value) and value >= 0):
-            problems.append(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
-    for name in ("adam_beta1", "adam_beta2"):
-        if not 0.0 <= getattr(run, name) < 1.0:
-            problems.append(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(run, name)}")
-    for name in ("stop_at_step", "phase_start_step", "world_size", "plan_from_step"):
-        if getattr(run, name) is not None and getattr(run, name) < 1:
-            problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(run, name)}")
-    if run.plan_from_step is not None and not run.dry_run:
-        problems.append("--plan-from-step only goes with --dry-run")
-    if run.phase_start_step is not None and not (run.load or run.auto_resume):
-        problems.append("--phase-start-step needs the checkpoint to continue from (--load, or --save with --auto-resume)")
-    if run.dropout is not None and not 0.0 <= run.dropout < 1.0:
-        problems.append(f"--dropout must be in [0, 1), got {run.dropout}")
-    if run.keep_last is not None and run.keep_last < 1:
-        problems.append(f"--keep-last must be at least 1, got {run.keep_last}")
-    if run.auto_resume and not run.save:
-        problems.append("--auto-resume needs --save (the folder to resume from)")
-    if run.load and run.auto_resume:
-        problems.append("--load and --auto-resume exclude each other")
-    return problems
+    if evaluating and values["eval_data"] is None and values["sources"] == ["sample"]:
+        values["sources"], values["eval_data"] = list(SAMPLE_TRAIN_SPECS), [SAMPLE_HELD_OUT_SPEC]

@@ -77,13 +77,6 @@ class DeepSpeedSetup(NamedTuple):
         return offload.get("device", "none") != "none"
 
 
-def pretraining_deepspeed_config(run, batch, device_type: str) -> DeepSpeedSetup:
-    """`build_deepspeed_config` with a pre-training RunConfig's options."""
-    return build_deepspeed_config(run.deepspeed_config, batch, device_type, zero_stage=run.zero_stage,
-                                  pipeline_parallel=run.pipeline_parallel, clip_grad=run.clip_grad,
-                                  precision=run.precision)
-
-
 def build_deepspeed_config(name_or_path: str, batch, device_type: str, *, zero_stage=None, pipeline_parallel: int = 1,
                            clip_grad: float = 1.0, precision: str = "auto") -> DeepSpeedSetup:
     """The config dict for deepspeed.initialize, notes worth telling the user, and the precision.

@@ -31,7 +31,7 @@ class HeldOutEvaluation:
         self._interval_start = time.perf_counter()
 
     def due(self, step: int, last_step: int) -> bool:
-        return step % self.run.eval_interval == 0 or step == self.run.train_steps == last_step
+        return step % self.run.eval.eval_interval == 0 or step == self.run.optim.train_steps == last_step
 
     def __call__(self, engine, model, layout, state) -> EvalOutcome:
         """Collective: evaluate now, log, and update the state's best."""
@@ -42,7 +42,7 @@ class HeldOutEvaluation:
         improved = state.best_eval_mlm_accuracy is None or result.mlm_accuracy > state.best_eval_mlm_accuracy
         if improved:
             state.best_eval_mlm_accuracy, state.best_eval_step = result.mlm_accuracy, state.step
-        target = self.run.target_mlm_accuracy
+        target = self.run.eval.target_mlm_accuracy
         reached = target is not None and result.mlm_accuracy >= target
         record = {**result.record(state), "eval/interval_share": result.seconds / max(interval, 1e-9)}
         if reached:
@@ -61,9 +61,9 @@ class HeldOutEvaluation:
 
     def summary(self, state) -> str:
         """The closing line of a run with a target that it did not reach."""
-        if self.run.target_mlm_accuracy is None or state.best_eval_mlm_accuracy is None:
+        if self.run.eval.target_mlm_accuracy is None or state.best_eval_mlm_accuracy is None:
             return ""
-        if state.best_eval_mlm_accuracy >= self.run.target_mlm_accuracy:
+        if state.best_eval_mlm_accuracy >= self.run.eval.target_mlm_accuracy:
             return ""
-        return (f"the held-out masked-LM accuracy did not reach {self.run.target_mlm_accuracy:g}: best "
+        return (f"the held-out masked-LM accuracy did not reach {self.run.eval.target_mlm_accuracy:g}: best "
                 f"{state.best_eval_mlm_accuracy:.4f} at step {state.best_eval_step:,}")

@@ -110,9 +110,9 @@ def _source_examples(source, index: int, tokenizer, config, quota: int) -> list:
 def load_eval_examples(run, tokenizer) -> tuple[list, str]:
     """The run's evaluation examples (read before the model is built, so bad eval data fails in
     seconds) and a note when the data held fewer than the default number."""
-    examples, note = eval_examples(run.eval_data, tokenizer, run.data_config(), run.eval_samples)
+    examples, note = eval_examples(run.eval.eval_data, tokenizer, run.data_config(), run.eval.eval_samples)
     if not examples:
-        raise DataError(f"Evaluation data {' '.join(run.eval_data)} yields no example of {run.seq_length} tokens.")
+        raise DataError(f"Evaluation data {' '.join(run.eval.eval_data)} yields no example of {run.data.seq_length} tokens.")
     return examples, note
 
 
@@ -126,7 +126,7 @@ def build_eval_set(run, tokenizer, layout, examples: list) -> EvalSet:
     for uid, example in enumerate(examples):
         example.uid = uid
     mine = examples[layout.dp_rank :: layout.data_parallel]
-    micro = run.micro_batch_size
+    micro = run.optim.micro_batch_size
     per_rank = -(-len(examples) // layout.data_parallel)
     count = -(-per_rank // micro)
     ids = SpecialIds.from_tokenizer(tokenizer)
@@ -135,7 +135,7 @@ def build_eval_set(run, tokenizer, layout, examples: list) -> EvalSet:
         chunk = mine[k * micro : (k + 1) * micro]
         real = len(chunk)
         chunk += [examples[0]] * (micro - real)  # padding rows: selected nowhere, below
-        batch = collate(chunk, ids, run.seq_length, run.objective, EVAL_SEED, False, run.data_config().mask_prob)
+        batch = collate(chunk, ids, run.data.seq_length, run.data.objective, EVAL_SEED, False, run.data_config().mask_prob)
         batch["loss_mask"][real:] = False
         if "next_sentence_label" in batch:
             batch["next_sentence_label"][real:] = -1

@@ -21,7 +21,6 @@ from bert_ds.distributed import init_parallel
 from bert_ds.launcher import discover
 from bert_ds.model import build_model
 from bert_ds.training.args import RunConfig
-from bert_ds.training.ds_config import pretraining_deepspeed_config
 from bert_ds.training.engine import build_engine
 from bert_ds.training.evaluation import build_eval_set, load_eval_examples
 from bert_ds.training.pipeline_loss import PretrainingLossFn
@@ -34,7 +33,7 @@ from bert_ds.training.trainer import EXIT_CODE_FOR_SIGNAL, Trainer
 def setup_parallel(run: RunConfig, tokenizer):
     """Model config (vocab from the tokenizer, padded) and the process layout."""
     model_config = run.model_config(padded_vocab_size(tokenizer.vocab_size))
-    layout = init_parallel(model_config, run.tensor_parallel, run.pipeline_parallel, seed=run.seed)
+    layout = init_parallel(model_config, run.parallel.tensor_parallel, run.parallel.pipeline_parallel, seed=run.data.seed)
     return model_config, layout
 
 
@@ -43,29 +42,29 @@ def setup_engine(run: RunConfig, model_config, layout, deepspeed_setup=None):
     the launch plan's, or built here when a caller has no plan (tests, benchmarks)."""
     if deepspeed_setup is None:
         batch = pretraining_batch_plan(run, model_config, layout.data_parallel)
-        deepspeed_setup = pretraining_deepspeed_config(run, batch, layout.device.type)
+        deepspeed_setup = run.deepspeed_setup(batch, layout.device.type)
     pipeline_loss = None
     if layout.pipeline_parallel > 1:
         pipeline_loss = PretrainingLossFn(layout.tp_group)
-    model = build_model(model_config, layout, with_nsp=run.objective == "mlm_nsp", pipeline_loss=pipeline_loss)
-    engine = build_engine(model, layout, deepspeed_setup, run.optimizer_settings())
+    model = build_model(model_config, layout, with_nsp=run.data.objective == "mlm_nsp", pipeline_loss=pipeline_loss)
+    engine = build_engine(model, layout, deepspeed_setup, run.optim.settings())
     return engine, model, deepspeed_setup
 
 
 def setup_data(run: RunConfig, tokenizer, layout):
     """This rank's shard of the pre-training stream (data/loader.py)."""
-    return PretrainingLoader(parse_sources(run.data), tokenizer, run.data_config(), layout.dp_rank, layout.data_parallel)
+    return PretrainingLoader(parse_sources(run.data.sources), tokenizer, run.data_config(), layout.dp_rank, layout.data_parallel)
 
 
 def read_evaluation_data(run: RunConfig, tokenizer):
     """The held-out examples (training/evaluation.py), read before the model is built; None without."""
-    if run.eval_data is None:
+    if run.eval.eval_data is None:
         return None
     start = time.perf_counter()
     examples, note = load_eval_examples(run, tokenizer)
     if discover(os.environ).rank == 0:
-        print(f"held-out evaluation set: {len(examples):,} examples of {run.seq_length} tokens from "
-              f"{' '.join(run.eval_data)}, built in {time.perf_counter() - start:.1f}s" + (f"; {note}" if note else ""),
+        print(f"held-out evaluation set: {len(examples):,} examples of {run.data.seq_length} tokens from "
+              f"{' '.join(run.eval.eval_data)}, built in {time.perf_counter() - start:.1f}s" + (f"; {note}" if note else ""),
               flush=True)
     return examples
 
@@ -94,8 +93,8 @@ def plan_launch(run: RunConfig, tokenizer):
     plan = resolve_plan(run, tokenizer=tokenizer, sample_data=False)
     if discover(os.environ).rank == 0:
         print(format_pretrain_plan(plan), flush=True)
-        if run.plan_json:
-            write_plan_json(run.plan_json, pretrain_plan_json(plan))
+        if run.plan.plan_json:
+            write_plan_json(run.plan.plan_json, pretrain_plan_json(plan))
         for sample in sample_sources(plan.run, tokenizer, include_hub=True):
             print(f"data check: {sample.describe()}", flush=True)
             if sample.warning():
@@ -113,12 +112,12 @@ def run_pretraining(run: RunConfig) -> PretrainingRun:
     engine, model, _ = setup_engine(run, model_config, layout, plan.deepspeed)
     loader = setup_data(run, tokenizer, layout)
     eval_set = setup_evaluation(run, tokenizer, layout, eval_examples)
-    if run.save and not run.eval_only:
-        zero.prepare_save_dir(run.save, tokenizer)  # an unwritable --save fails here, not hours later
+    if run.checkpoint.save and not run.eval.eval_only:
+        zero.prepare_save_dir(run.checkpoint.save, tokenizer)  # an unwritable --save fails here, not hours later
     trainer = Trainer(run, engine, model, loader, layout, model_config, plan.deepspeed.precision)
     trainer.resume()
     with trainer.logging():
-        if run.eval_only:
+        if run.eval.eval_only:
             trainer.evaluate(eval_set)
         else:
             trainer.train(eval_set)

@@ -15,7 +15,7 @@ from bert_ds.model.init import is_norm_parameter
 @dataclass(frozen=True)
 class OptimizerSettings:
     """What pre-training and fine-tuning choose about the optimizer and its schedule (their
-    options fill it: RunConfig.optimizer_settings, finetune/core.py); defaults are the paper's."""
+    options fill it: training/sections.py OptimizerOptions.optimizer_settings); defaults are the paper's."""
 
     name: str = "adamw"
     """adamw or lamb."""

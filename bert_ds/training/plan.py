@@ -10,7 +10,6 @@ the same plan and then trains with exactly these values, so the two cannot disag
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,11 +77,11 @@ class LaunchPlan:
 
     @property
     def last_step(self) -> int:
-        return min(self.run.train_steps, self.run.stop_at_step or self.run.train_steps)
+        return min(self.run.optim.train_steps, self.run.checkpoint.stop_at_step or self.run.optim.train_steps)
 
     @property
     def tokens_per_step(self) -> int:
-        return self.run.global_batch_size * self.run.seq_length
+        return self.run.optim.global_batch_size * self.run.data.seq_length
 
 
 def planned_device_kind(target: str) -> str:
@@ -105,8 +104,8 @@ def planned_world(world_size: Optional[int], env: Optional[Mapping[str, str]] = 
 
 def pretraining_batch_plan(run: RunConfig, model_config: ModelConfig, data_parallel: int) -> BatchPlan:
     """The run's batch plan: --micro-batch-size, or `auto` up to the model's ceiling at --seq-length."""
-    ceiling = micro_batch_ceiling(model_config, max(run.seq_length, 1))
-    return plan_batches(run.global_batch_size, run.micro_batch_size, data_parallel, ceiling)
+    ceiling = micro_batch_ceiling(model_config, max(run.data.seq_length, 1))
+    return plan_batches(run.optim.global_batch_size, run.optim.micro_batch_size, data_parallel, ceiling)
 
 
 def world_size_from_environment(env: Mapping[str, str]) -> tuple[int, str]:
@@ -132,34 +131,34 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     `tokenizer` is the real run's (already loaded or trained); without it the plan loads the
     configured one and trains nothing. `sample_data` reads each local source's first documents
     for the [UNK] check (the real run also samples hub sources, see pretrain.py)."""
-    from bert_ds.training.ds_config import pretraining_deepspeed_config
     from bert_ds.training.footprint import checkpoint_bytes, memory_per_device, model_parameters, stage_parameters
 
-    world, world_from = planned_world(run.world_size, env)
+    world, world_from = planned_world(run.plan.world_size, env)
     device_type = planned_device_kind(target)
     tokenizer, tokenizer_text, vocab = _tokenizer(run, tokenizer)
     model_config = run.model_config(padded_vocab_size(vocab))
-    dp = validate_layout(model_config, world, run.tensor_parallel, run.pipeline_parallel)
+    run.validate(world, model_config.vocab_size)  # every rule, the layout's and the batch's included
+    dp = validate_layout(model_config, world, run.parallel.tensor_parallel, run.parallel.pipeline_parallel)
     batch = pretraining_batch_plan(run, model_config, dp)
-    run = dataclasses.replace(run, micro_batch_size=batch.micro_batch_size)
-    deepspeed = pretraining_deepspeed_config(run, batch, device_type)
+    run = run.with_micro_batch(batch.micro_batch_size)
+    deepspeed = run.deepspeed_setup(batch, device_type)
     ds_config, notes, choice = deepspeed
     if batch.auto:
-        notes.insert(0, f"micro batch auto: {batch.micro_batch_size} (the largest divisor of {run.global_batch_size} / "
-                        f"{dp} = {run.global_batch_size // dp} up to the ceiling "
-                        f"{micro_batch_ceiling(model_config, run.seq_length)} at {run.seq_length} tokens)")
+        notes.insert(0, f"micro batch auto: {batch.micro_batch_size} (the largest divisor of {run.optim.global_batch_size} / "
+                        f"{dp} = {run.optim.global_batch_size // dp} up to the ceiling "
+                        f"{micro_batch_ceiling(model_config, run.data.seq_length)} at {run.data.seq_length} tokens)")
     stage = deepspeed.zero_stage
     precision = choice.name
     sources = _sources(run)
-    if run.eval_data:  # a missing or unreadable held-out file fails the plan, not the run
+    if run.eval.eval_data:  # a missing or unreadable held-out file fails the plan, not the run
         from bert_ds.data.sources import check_sources, parse_sources
 
-        check_sources(parse_sources(run.eval_data))
+        check_sources(parse_sources(run.eval.eval_data))
     resume_text, start_step = _resume(run)
-    with_nsp = run.objective == "mlm_nsp"
+    with_nsp = run.data.objective == "mlm_nsp"
     memory = memory_per_device(
-        model_config, seq=run.seq_length, micro=batch.micro_batch_size, accumulation=batch.accumulation,
-        tp=run.tensor_parallel, pp=run.pipeline_parallel, dp=dp, zero_stage=stage, precision=precision,
+        model_config, seq=run.data.seq_length, micro=batch.micro_batch_size, accumulation=batch.accumulation,
+        tp=run.parallel.tensor_parallel, pp=run.parallel.pipeline_parallel, dp=dp, zero_stage=stage, precision=precision,
         gpu=device_type == "gpu", offload=deepspeed.offloaded,
         reduce_bucket=ds_config["zero_optimization"].get("reduce_bucket_size", 500_000_000), with_nsp=with_nsp,
     )
@@ -170,10 +169,10 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
         precision=precision, precision_reason=choice.reason, tokenizer=tokenizer, tokenizer_text=tokenizer_text, sources=sources,
         resume_text=resume_text, start_step=start_step,
         parameters=model_parameters(model_config, with_nsp),
-        parameters_per_rank=max(stage_parameters(model_config, run.tensor_parallel, run.pipeline_parallel, s, with_nsp)
-                                for s in range(run.pipeline_parallel)),
+        parameters_per_rank=max(stage_parameters(model_config, run.parallel.tensor_parallel, run.parallel.pipeline_parallel, s, with_nsp)
+                                for s in range(run.parallel.pipeline_parallel)),
         memory=memory,
-        checkpoint_bytes=checkpoint_bytes(model_config, tp=run.tensor_parallel, pp=run.pipeline_parallel, dp=dp,
+        checkpoint_bytes=checkpoint_bytes(model_config, tp=run.parallel.tensor_parallel, pp=run.parallel.pipeline_parallel, dp=dp,
                                           zero_stage=stage, precision=precision, with_nsp=with_nsp),
         samples=samples,
     )
@@ -188,7 +187,7 @@ def _tokenizer(run: RunConfig, tokenizer) -> tuple[object, str, int]:
 
     choice = tokenizer_choice(run)
     if tokenizer is None and choice is not None:
-        tokenizer = load_tokenizer(choice, run.lowercase)
+        tokenizer = load_tokenizer(choice, run.data.lowercase)
     elif tokenizer is None:
         refuse_lowercase_for_sample(run)
         tokenizer = cached_sample_tokenizer()
@@ -201,7 +200,7 @@ def _tokenizer(run: RunConfig, tokenizer) -> tuple[object, str, int]:
 def _sources(run: RunConfig) -> list[SourcePlan]:
     from bert_ds.data.sources import local_files, parse_sources, record_layout
 
-    sources = parse_sources(run.data)
+    sources = parse_sources(run.data.sources)
     total = sum(s.weight for s in sources)
     plans = []
     for source in sources:
@@ -222,8 +221,8 @@ def sample_sources(run: RunConfig, tokenizer, include_hub: bool = False) -> list
     from bert_ds.data.sources import parse_sources
     from bert_ds.data.vocab_check import sample_source
 
-    return [sample_source(s, tokenizer, run.seed, sentence_splitter=run.sentence_splitter)
-            for s in parse_sources(run.data) if include_hub or not s.is_hub]
+    return [sample_source(s, tokenizer, run.data.seed, sentence_splitter=run.data.sentence_splitter)
+            for s in parse_sources(run.data.sources) if include_hub or not s.is_hub]
 
 
 def _resume(run: RunConfig) -> tuple[str, int]:
@@ -231,16 +230,16 @@ def _resume(run: RunConfig) -> tuple[str, int]:
     from bert_ds.checkpoint import zero as checkpoints
     from bert_ds.checkpoint.portable import is_portable
 
-    load_dir = run.load or (run.save if run.auto_resume else None)
-    if run.plan_from_step is not None:
-        return f"planned as if resuming at step {run.plan_from_step:,} (--plan-from-step; not checked now)", run.plan_from_step
+    load_dir = run.checkpoint.load_dir
+    if run.plan.plan_from_step is not None:
+        return f"planned as if resuming at step {run.plan.plan_from_step:,} (--plan-from-step; not checked now)", run.plan.plan_from_step
     if load_dir is None:
         return "fresh start (no --load / --auto-resume)", 0
     if is_portable(load_dir):
         return f"weights from the portable checkpoint {load_dir}", 0
     if (Path(load_dir) / checkpoints.COMPLETE).is_file():
         load_dir, tag = str(Path(load_dir).parent), Path(load_dir).name
-    elif run.auto_resume and checkpoints.latest_complete_tag(load_dir) is None:
+    elif run.checkpoint.auto_resume and checkpoints.latest_complete_tag(load_dir) is None:
         _check_phase(run, load_dir, None)
         return f"fresh start (no checkpoint in {load_dir} yet)", 0
     else:
@@ -248,7 +247,7 @@ def _resume(run: RunConfig) -> tuple[str, int]:
     marker = checkpoints.read_marker(load_dir, tag)
     _check_phase(run, load_dir, marker)
     saved_seq = (marker.get("run") or {}).get("seq_length")
-    switch = f", sequence length {saved_seq} -> {run.seq_length}" if saved_seq and saved_seq != run.seq_length else ""
+    switch = f", sequence length {saved_seq} -> {run.data.seq_length}" if saved_seq and saved_seq != run.data.seq_length else ""
     return f"{Path(load_dir) / tag} (step {marker['step']:,}{switch})", int(marker["step"])
 
 
@@ -257,18 +256,18 @@ def _check_phase(run: RunConfig, load_dir: str, marker: Optional[dict]) -> None:
     that wrote the checkpoint) must start from where the previous phase stopped."""
     step = int(marker["step"]) if marker else None
     newest = f"the newest checkpoint in {load_dir} is at step {step:,}" if marker else f"{load_dir} holds no checkpoint"
-    if run.phase_start_step is not None:
-        if step is None or step < run.phase_start_step:
+    if run.checkpoint.phase_start_step is not None:
+        if step is None or step < run.checkpoint.phase_start_step:
             raise ConfigError(
-                f"This phase starts at step {run.phase_start_step:,} but {newest}: the previous phase has not "
+                f"This phase starts at step {run.checkpoint.phase_start_step:,} but {newest}: the previous phase has not "
                 "finished; let it finish (slurm/pretrain_large_all.sh chains the phases) or lower --phase-start-step."
             )
         return
     saved = (marker or {}).get("run") or {}
     stop = saved.get("stop_at_step")
-    if step is not None and saved.get("seq_length") not in (None, run.seq_length) and stop and step < stop:
+    if step is not None and saved.get("seq_length") not in (None, run.data.seq_length) and stop and step < stop:
         raise ConfigError(
             f"{newest}, written by a {saved['seq_length']}-token run that stops at step {stop:,}: switching to "
-            f"{run.seq_length} tokens now would cut that phase short; let it finish, or pass --phase-start-step "
+            f"{run.data.seq_length} tokens now would cut that phase short; let it finish, or pass --phase-start-step "
             f"{step} to switch here on purpose."
         )

@@ -64,10 +64,10 @@ def evaluation_text(run) -> str:
     """The plan's held-out evaluation row."""
     from bert_ds.training.evaluation import DEFAULT_EVAL_SAMPLES, EVAL_SEED
 
-    target = f"; stop at masked-LM accuracy {run.target_mlm_accuracy:g}" if run.target_mlm_accuracy else ""
-    best = "; the best checkpoint is kept (best.json)" if run.keep_best else ""
-    samples = f"{run.eval_samples:,}" if run.eval_samples else f"up to {DEFAULT_EVAL_SAMPLES:,}"
-    return (f"every {run.eval_interval:,} steps, {samples} fixed examples of {' '.join(run.eval_data)} "
+    target = f"; stop at masked-LM accuracy {run.eval.target_mlm_accuracy:g}" if run.eval.target_mlm_accuracy else ""
+    best = "; the best checkpoint is kept (best.json)" if run.eval.keep_best else ""
+    samples = f"{run.eval.eval_samples:,}" if run.eval.eval_samples else f"up to {DEFAULT_EVAL_SAMPLES:,}"
+    return (f"every {run.eval.eval_interval:,} steps, {samples} fixed examples of {' '.join(run.eval.eval_data)} "
             f"(static masks and pairs, seed {EVAL_SEED}){target}{best}")
 
 
@@ -78,19 +78,19 @@ def format_pretrain_plan(plan) -> str:
     dropout = config.hidden_dropout if config.hidden_dropout == config.attention_dropout else (
         f"hidden {config.hidden_dropout}, attention {config.attention_dropout}")
     rows = [
-        ("model", f"{run.preset}: {config.num_layers} layers, hidden {config.hidden_size}, {config.num_attention_heads} heads, "
+        ("model", f"{run.model.preset}: {config.num_layers} layers, hidden {config.hidden_size}, {config.num_attention_heads} heads, "
                   f"{config.layer_norm_position}-LN, {amount(plan.parameters)} parameters "
                   f"({amount(plan.parameters_per_rank)} on the heaviest rank)"),
-        ("layout", f"world {plan.world_size} = TP {run.tensor_parallel} x PP {run.pipeline_parallel} "
+        ("layout", f"world {plan.world_size} = TP {run.parallel.tensor_parallel} x PP {run.parallel.pipeline_parallel} "
                    f"x DP {plan.data_parallel} (world from {plan.world_from})"),
         ("batch", f"global {batch.global_batch_size} = micro {batch.micro_batch_size} x DP {batch.data_parallel} "
                   f"x accumulation {batch.accumulation}"),
-        ("tokens", f"{batch.global_batch_size} x {run.seq_length} = {plan.tokens_per_step:,} per step; this run steps "
-                   f"{plan.start_step:,} -> {plan.last_step:,} of {run.train_steps:,}: {amount(tokens_this_run)} tokens"),
-        ("schedule", f"{run.optimizer} lr {run.lr:g}, betas {run.adam_beta1}/{run.adam_beta2}, eps {run.adam_eps:g}, "
-                     f"weight decay {run.weight_decay:g}, warm-up {run.warmup_steps:,} steps then linear decay to step "
-                     f"{run.train_steps:,}; clip {run.clip_grad:g}; dropout {dropout}; objective {run.objective}"),
-        ("deepspeed", f"{run.deepspeed_config} -> ZeRO stage {plan.zero_stage}"
+        ("tokens", f"{batch.global_batch_size} x {run.data.seq_length} = {plan.tokens_per_step:,} per step; this run steps "
+                   f"{plan.start_step:,} -> {plan.last_step:,} of {run.optim.train_steps:,}: {amount(tokens_this_run)} tokens"),
+        ("schedule", f"{run.optim.optimizer} lr {run.optim.lr:g}, betas {run.optim.adam_beta1}/{run.optim.adam_beta2}, eps {run.optim.adam_eps:g}, "
+                     f"weight decay {run.optim.weight_decay:g}, warm-up {run.optim.warmup_steps:,} steps then linear decay to step "
+                     f"{run.optim.train_steps:,}; clip {run.optim.clip_grad:g}; dropout {dropout}; objective {run.data.objective}"),
+        ("deepspeed", f"{run.parallel.deepspeed_config} -> ZeRO stage {plan.zero_stage}"
                       + (", optimizer offloaded" if plan.memory.host else "")),
         ("precision", f"{plan.precision} on {'GPU' if plan.device_type != 'cpu' else 'CPU'}: {plan.precision_reason}"),
         ("tokenizer", f"{plan.tokenizer_text}; embedding rows {config.vocab_size:,} (padded to a multiple of 128)"),
@@ -98,16 +98,16 @@ def format_pretrain_plan(plan) -> str:
     ]
     if plan.samples:
         rows.append(("data check", "\n".join(sample.describe() for sample in plan.samples)))
-    if run.eval_interval:
+    if run.eval.eval_interval:
         rows.append(("evaluation", evaluation_text(run)))
     rows += [
         ("resume", plan.resume_text),
-        ("memory", memory_text(plan.memory, f"micro batch {batch.micro_batch_size} x {run.seq_length} tokens"
-                                            + (f", {min(run.pipeline_parallel, batch.accumulation)} in flight"
-                                               if run.pipeline_parallel > 1 else "")
+        ("memory", memory_text(plan.memory, f"micro batch {batch.micro_batch_size} x {run.data.seq_length} tokens"
+                                            + (f", {min(run.parallel.pipeline_parallel, batch.accumulation)} in flight"
+                                               if run.parallel.pipeline_parallel > 1 else "")
                                             + (", recomputed per layer" if config.activation_checkpointing else ""))),
-        ("checkpoint", f"{gib(plan.checkpoint_bytes)} each" + (f", {run.keep_last} kept" if run.keep_last else "")
-                       + (f" in {run.save}" if run.save else " (no --save)")),
+        ("checkpoint", f"{gib(plan.checkpoint_bytes)} each" + (f", {run.checkpoint.keep_last} kept" if run.checkpoint.keep_last else "")
+                       + (f" in {run.checkpoint.save}" if run.checkpoint.save else " (no --save)")),
     ]
     warnings = [w for w in (sample.warning() for sample in plan.samples) if w]
     return render_table("bert_ds launch plan (pre-training)", rows, plan.notes + warnings)
@@ -117,24 +117,24 @@ def pretrain_plan_json(plan) -> dict:
     run, config, batch = plan.run, plan.model_config, plan.batch
     return dict(
         kind="pretrain", world_size=plan.world_size, world_from=plan.world_from, device_type=plan.device_type,
-        tensor_parallel=run.tensor_parallel, pipeline_parallel=run.pipeline_parallel, data_parallel=plan.data_parallel,
-        preset=run.preset, model=dataclasses.asdict(config), parameters=plan.parameters,
+        tensor_parallel=run.parallel.tensor_parallel, pipeline_parallel=run.parallel.pipeline_parallel, data_parallel=plan.data_parallel,
+        preset=run.model.preset, model=dataclasses.asdict(config), parameters=plan.parameters,
         parameters_per_rank=plan.parameters_per_rank,
         global_batch_size=batch.global_batch_size, micro_batch_size=batch.micro_batch_size,
-        micro_batch_auto=batch.auto, accumulation=batch.accumulation, seq_length=run.seq_length,
+        micro_batch_auto=batch.auto, accumulation=batch.accumulation, seq_length=run.data.seq_length,
         tokens_per_step=plan.tokens_per_step, start_step=plan.start_step, last_step=plan.last_step,
-        train_steps=run.train_steps, stop_at_step=run.stop_at_step, phase_start_step=run.phase_start_step,
-        optimizer=run.optimizer, lr=run.lr, adam_beta1=run.adam_beta1, adam_beta2=run.adam_beta2, adam_eps=run.adam_eps,
-        weight_decay=run.weight_decay, warmup_steps=run.warmup_steps, clip_grad=run.clip_grad,
-        hidden_dropout=config.hidden_dropout, attention_dropout=config.attention_dropout, objective=run.objective,
-        deepspeed_config=run.deepspeed_config, zero_stage=plan.zero_stage, precision=plan.precision, precision_reason=plan.precision_reason,
+        train_steps=run.optim.train_steps, stop_at_step=run.checkpoint.stop_at_step, phase_start_step=run.checkpoint.phase_start_step,
+        optimizer=run.optim.optimizer, lr=run.optim.lr, adam_beta1=run.optim.adam_beta1, adam_beta2=run.optim.adam_beta2, adam_eps=run.optim.adam_eps,
+        weight_decay=run.optim.weight_decay, warmup_steps=run.optim.warmup_steps, clip_grad=run.optim.clip_grad,
+        hidden_dropout=config.hidden_dropout, attention_dropout=config.attention_dropout, objective=run.data.objective,
+        deepspeed_config=run.parallel.deepspeed_config, zero_stage=plan.zero_stage, precision=plan.precision, precision_reason=plan.precision_reason,
         tokenizer=plan.tokenizer_text, vocab_size=plan.tokenizer.vocab_size if plan.tokenizer else None,
         padded_vocab_size=config.vocab_size, data=[dataclasses.asdict(s) for s in plan.sources],
         unk_check=[dict(dataclasses.asdict(s), unk_share=s.unk_share) for s in plan.samples],
-        resume=plan.resume_text, save=run.save, memory=memory_json(plan.memory), checkpoint_bytes=plan.checkpoint_bytes,
-        evaluation=dict(data=run.eval_data, interval=run.eval_interval, samples=run.eval_samples,
-                        target_mlm_accuracy=run.target_mlm_accuracy, keep_best=run.keep_best) if run.eval_data else None,
-        sentence_splitter=run.sentence_splitter, data_config=dataclasses.asdict(run.data_config()), notes=plan.notes,
+        resume=plan.resume_text, save=run.checkpoint.save, memory=memory_json(plan.memory), checkpoint_bytes=plan.checkpoint_bytes,
+        evaluation=dict(data=run.eval.eval_data, interval=run.eval.eval_interval, samples=run.eval.eval_samples,
+                        target_mlm_accuracy=run.eval.target_mlm_accuracy, keep_best=run.eval.keep_best) if run.eval.eval_data else None,
+        sentence_splitter=run.data.sentence_splitter, data_config=dataclasses.asdict(run.data_config()), notes=plan.notes,
     )
 
 
@@ -145,8 +145,8 @@ def format_finetune_plan(plan) -> str:
     for task in plan.tasks:
         runs, steps = plan.runs[task.name], plan.steps[task.name]
         examples = f"{task.train_examples:,} training examples" if task.train_examples is not None else "size known at start"
-        task_lines.append(f"{task.name}: {examples}; {len(runs)} run(s) = {len(runs) // (task.restarts or job.restarts)} "
-                          f"setting(s) x {task.restarts or job.restarts} restart(s)"
+        task_lines.append(f"{task.name}: {examples}; {len(runs)} run(s) = {len(runs) // (task.restarts or job.grid.restarts)} "
+                          f"setting(s) x {task.restarts or job.grid.restarts} restart(s)"
                           + (f", {steps:,} optimizer steps" if steps is not None else ""))
         task_lines += [f"  {line}" for line in task.data.split("\n") if line]
         if task.options:
@@ -157,21 +157,21 @@ def format_finetune_plan(plan) -> str:
         ("model", f"{config.num_layers} layers, hidden {config.hidden_size}, {config.num_attention_heads} heads, "
                   f"{amount(plan.parameters)} parameters; from {plan.init_text}"),
         ("tokenizer", f"{plan.tokenizer_text}; embedding rows {config.vocab_size:,}"),
-        ("layout", f"world {plan.world_size} = TP {job.tensor_parallel} x DP {plan.data_parallel} (world from {plan.world_from})"),
+        ("layout", f"world {plan.world_size} = TP {job.parallel.tensor_parallel} x DP {plan.data_parallel} (world from {plan.world_from})"),
         ("batches", "\n".join(f"global {b.global_batch_size} = micro {b.micro_batch_size} x DP {b.data_parallel} "
                               f"x accumulation {b.accumulation}" for b in plan.batches.values())),
         ("settings", " x ".join(f"{name.replace('_', ' ')} {{{', '.join(f'{v:g}' for v in vals)}}}" for name, vals in values.items())
-                     + f"; seeds from {job.seed}"),
-        ("schedule", f"AdamW betas 0.9/0.999, eps 1e-06, weight decay {job.weight_decay:g}, warm-up "
-                     f"{100 * job.warmup_proportion:g}% then linear decay; clip {job.clip_grad:g}; "
-                     f"max sequence {job.max_seq_length}; dropout "
-                     f"{config.hidden_dropout if job.dropout is None else job.dropout}"),
+                     + f"; seeds from {job.recipe.seed}"),
+        ("schedule", f"{job.recipe.describe()}, warm-up "
+                     f"{100 * job.recipe.warmup_proportion:g}% then linear decay; clip {job.recipe.clip_grad:g}; "
+                     f"max sequence {job.recipe.max_seq_length}; dropout "
+                     f"{config.hidden_dropout if job.recipe.dropout is None else job.recipe.dropout}"),
         ("tasks", "\n".join(task_lines)),
-        ("deepspeed", f"{job.deepspeed_config} -> ZeRO stage {plan.zero_stage}"),
+        ("deepspeed", f"{job.parallel.deepspeed_config} -> ZeRO stage {plan.zero_stage}"),
         ("precision", f"{plan.precision} on {'GPU' if plan.device_type != 'cpu' else 'CPU'}: {plan.precision_reason}"),
         ("memory", memory_text(plan.memory, f"micro batch {max(b.micro_batch_size for b in plan.batches.values())} "
-                                            f"x {job.max_seq_length} tokens")),
-        ("kept model", f"{gib(plan.model_bytes)} (fp32) in {job.output}/model" if job.save_model else "not kept (--no-save-model)"),
+                                            f"x {job.recipe.max_seq_length} tokens")),
+        ("kept model", f"{gib(plan.model_bytes)} (fp32) in {job.start.output}/model" if job.outputs.save_model else "not kept (--no-save-model)"),
     ]
     return render_table("bert_ds launch plan (fine-tuning)", rows, plan.notes)
 
@@ -180,13 +180,15 @@ def finetune_plan_json(plan) -> dict:
     job = plan.job
     return dict(
         kind="finetune", world_size=plan.world_size, world_from=plan.world_from, device_type=plan.device_type,
-        tensor_parallel=job.tensor_parallel, data_parallel=plan.data_parallel, model=dataclasses.asdict(plan.model_config),
-        parameters=plan.parameters, init=job.init, tokenizer=plan.tokenizer_text, max_seq_length=job.max_seq_length,
-        warmup_proportion=job.warmup_proportion, weight_decay=job.weight_decay, clip_grad=job.clip_grad,
+        tensor_parallel=job.parallel.tensor_parallel, data_parallel=plan.data_parallel, model=dataclasses.asdict(plan.model_config),
+        parameters=plan.parameters, init=job.start.init, tokenizer=plan.tokenizer_text, max_seq_length=job.recipe.max_seq_length,
+        optimizer=job.recipe.optimizer, adam_beta1=job.recipe.adam_beta1, adam_beta2=job.recipe.adam_beta2,
+        adam_eps=job.recipe.adam_eps, warmup_proportion=job.recipe.warmup_proportion, weight_decay=job.recipe.weight_decay,
+        clip_grad=job.recipe.clip_grad,
         batches={str(k): dict(dataclasses.asdict(v), accumulation=v.accumulation) for k, v in plan.batches.items()},
         tasks=[dict(dataclasses.asdict(task), runs=[dataclasses.asdict(s) for s in plan.runs[task.name]],
-                    restarts=task.restarts or job.restarts, optimizer_steps=plan.steps[task.name])
+                    restarts=task.restarts or job.grid.restarts, optimizer_steps=plan.steps[task.name])
                for task in plan.tasks],
-        deepspeed_config=job.deepspeed_config, zero_stage=plan.zero_stage, precision=plan.precision, precision_reason=plan.precision_reason,
+        deepspeed_config=job.parallel.deepspeed_config, zero_stage=plan.zero_stage, precision=plan.precision, precision_reason=plan.precision_reason,
         memory=memory_json(plan.memory), model_bytes=plan.model_bytes, notes=plan.notes,
     )

@@ -28,16 +28,16 @@ def sample_tokenizer_dir() -> Path:
 def tokenizer_choice(run) -> Optional[str]:
     """The tokenizer a run uses: --tokenizer, the preset's default for real corpora, or None for
     the sample's cached sentencepiece model. A small preset on real data must name one."""
-    if run.tokenizer:
-        return run.tokenizer
+    if run.data.tokenizer:
+        return run.data.tokenizer
     from bert_ds.data.sources import is_sample
 
-    if is_sample(run.data):
+    if is_sample(run.data.sources):
         return None
-    if run.preset in REAL_CORPUS_TOKENIZER:
-        return REAL_CORPUS_TOKENIZER[run.preset]
+    if run.model.preset in REAL_CORPUS_TOKENIZER:
+        return REAL_CORPUS_TOKENIZER[run.model.preset]
     raise ConfigError(
-        f"--tokenizer is required with your own --data and preset {run.preset}: pass bert-base-uncased or "
+        f"--tokenizer is required with your own --data and preset {run.model.preset}: pass bert-base-uncased or "
         "bert-base-cased (built in), a BERT vocab.txt, or a sentencepiece model trained with "
         "`python -m bert_ds.data.tokenizer train --data ... --output DIR`."
     )
@@ -50,7 +50,7 @@ def resolve_tokenizer(run):
     """
     choice = tokenizer_choice(run)
     if choice is not None:
-        return load_tokenizer(choice, run.lowercase)
+        return load_tokenizer(choice, run.data.lowercase)
     refuse_lowercase_for_sample(run)
     target = sample_tokenizer_dir()
     model = target / "tokenizer.model"
@@ -67,7 +67,7 @@ def resolve_tokenizer(run):
 
 
 def refuse_lowercase_for_sample(run) -> None:
-    if run.lowercase is not None:
+    if run.data.lowercase is not None:
         raise ConfigError("--lowercase/--no-lowercase apply to WordPiece vocabularies; the sample's tokenizer is sentencepiece.")
 
 

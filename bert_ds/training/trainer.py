@@ -98,7 +98,7 @@ class Trainer:
         from bert_ds.training.metrics import MetricsLogger
 
         run = self.run
-        self.logger = MetricsLogger(total_steps=run.train_steps, metrics_file=run.metrics_file, tensorboard_dir=run.tensorboard_dir,
+        self.logger = MetricsLogger(total_steps=run.optim.train_steps, metrics_file=run.log.metrics_file, tensorboard_dir=run.log.tensorboard_dir,
                                     enabled=self.layout.rank == 0, start_step=self.state.step)
         try:
             yield self.logger
@@ -124,7 +124,7 @@ class Trainer:
             return self.state.step
         except CheckpointError as error:
             self.logger.message(f"error: {error} Training continues; the next checkpoint is due at step "
-                                f"{self.state.step + self.run.save_interval}.")
+                                f"{self.state.step + self.run.checkpoint.save_interval}.")
             return saved_at
 
     def train(self, eval_set=None) -> TrainState:
@@ -138,11 +138,11 @@ class Trainer:
         pipeline = layout.pipeline_parallel > 1
         accumulation = run.validate_batch(layout.data_parallel)
         batches = iter(self.loader)
-        if run.example_log:
-            batches = ExampleLog(run.example_log, layout, state.step).wrap(batches, lambda: state.step + 1)
+        if run.log.example_log:
+            batches = ExampleLog(run.log.example_log, layout, state.step).wrap(batches, lambda: state.step + 1)
         window, window_start, saved_at = StepResult(), time.perf_counter(), state.step
-        last_step = min(run.train_steps, run.stop_at_step or run.train_steps)
-        stop, health = StopRequest(), NonFiniteSteps(run.max_skipped_steps)
+        last_step = min(run.optim.train_steps, run.checkpoint.stop_at_step or run.optim.train_steps)
+        stop, health = StopRequest(), NonFiniteSteps(run.log.max_skipped_steps)
         loop_start, wall_before = time.perf_counter(), state.wall_seconds
         while state.step < last_step:
             lr, skipped_before = engine.get_lr()[0], engine.skipped_steps
@@ -153,14 +153,14 @@ class Trainer:
                 result = plain_step(engine, batches, accumulation, layout, poison)
             window.add(result)
             state.step += 1
-            state.consumed_samples += run.global_batch_size
+            state.consumed_samples += run.optim.global_batch_size
             faults.at("step", state.step, layout.rank)
             state.stopped_by, nonfinite, skipped = stop.agreed(layout, not math.isfinite(result.loss), engine.skipped_steps > skipped_before)
             health.record(state.step, nonfinite, skipped, self.logger.message)
-            save_due = bool(run.save and run.save_interval and state.step % run.save_interval == 0)
+            save_due = bool(run.checkpoint.save and run.checkpoint.save_interval and state.step % run.checkpoint.save_interval == 0)
             eval_due = evaluation is not None and evaluation.due(state.step, last_step)
             # A checkpoint or an evaluation also closes the logging window, so its token count includes every step.
-            if state.step % run.log_interval == 0 or state.step == last_step or save_due or eval_due or state.stopped_by:
+            if state.step % run.log.log_interval == 0 or state.step == last_step or save_due or eval_due or state.stopped_by:
                 total = reduce_step_results(window, layout, pipeline)
                 elapsed = time.perf_counter() - window_start
                 state.consumed_tokens += int(total.tokens)
@@ -169,7 +169,7 @@ class Trainer:
             state.wall_seconds = wall_before + time.perf_counter() - loop_start
             if eval_due:
                 outcome = evaluation(engine, self.model, layout, state)
-                if outcome.improved and run.keep_best:
+                if outcome.improved and run.eval.keep_best:
                     best = {"step": state.step, "eval/mlm_accuracy": state.best_eval_mlm_accuracy}
                     saved_at = self._save_or_warn(saved_at, best)
                 if outcome.reached_target:
@@ -179,7 +179,7 @@ class Trainer:
                 break
             if save_due and saved_at != state.step:
                 saved_at = self._save_or_warn(saved_at)
-        if run.save and saved_at != state.step:
+        if run.checkpoint.save and saved_at != state.step:
             self.save()  # the final one: failing it is an error
         closing = evaluation.summary(state) if evaluation is not None else ""
         if closing:
@@ -193,7 +193,7 @@ class Trainer:
         micro = max(total.micro_batches, 1.0)
         samples = max(total.samples, 1.0)
         flops = bert_flops_per_sequence(
-            config.num_layers, config.hidden_size, config.vocab_size, self.run.seq_length,
+            config.num_layers, config.hidden_size, config.vocab_size, self.run.data.seq_length,
             total.predicted_tokens / samples, with_nsp=total.has_nsp > 0,
         )
         grad_norm = engine.get_global_grad_norm()

@@ -78,7 +78,7 @@ def main(argv=None) -> dict:
         tag_dir = checkpointing.save(Trainer(run, engine, model, loader, layout, model_config, deepspeed_setup.precision, progress))
         saves.append(time.perf_counter() - began)
         began = time.perf_counter()
-        checkpoints.load(engine, run.save, tag_dir.name, layout.world_size)
+        checkpoints.load(engine, run.checkpoint.save, tag_dir.name, layout.world_size)
         loads.append(time.perf_counter() - began)
         size = folder_bytes(tag_dir)
         written, read = plain_write_and_read(scratch, size)
