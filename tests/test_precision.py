@@ -161,14 +161,13 @@ def test_bf16_trains_under_every_layout(tmp_path, cache, extra):
                          ids=["zero0", "dp2-zero2", "pp2"])
 def test_bf16_resume_is_bitwise(tmp_path, cache, extra, nproc):
     extra = ["--precision", "bf16", "--warmup-steps", "2", *extra]
-    straight, _ = _train(tmp_path, cache, extra, nproc=nproc, steps=8, name="straight")
+    save = str(tmp_path / "ckpt")  # the uninterrupted run writes the checkpoint the second resumes from
+    straight, _ = _train(tmp_path, cache, extra + ["--save", save, "--save-interval", "4"], nproc=nproc, steps=8, name="straight")
     assert _falls([m["loss"] for m in straight], 0.1), [m["loss"] for m in straight]
-    save = str(tmp_path / "ckpt")
-    _train(tmp_path, cache, extra + ["--save", save, "--stop-at-step", "4"], nproc=nproc, steps=8, name="first")
     complete = json.loads((tmp_path / "ckpt" / "step00000004" / "complete.json").read_text())
     assert complete["precision"] == "bf16" and complete["precision_requested"] == "bf16"
     assert complete["precision_reason"] == "asked for with --precision"
-    second, result = _train(tmp_path, cache, extra + ["--load", save], nproc=nproc, steps=8, name="second")
+    second, result = _train(tmp_path, cache, extra + ["--load", f"{save}/step00000004"], nproc=nproc, steps=8, name="second")
     assert "resumed from" in result.stdout
     assert [m["loss"] for m in second] == [m["loss"] for m in straight[4:]]  # bitwise
 
