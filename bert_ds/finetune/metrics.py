@@ -1,9 +1,12 @@
-"""The official scores of GLUE and SQuAD, written with numpy only.
+"""The official scores of GLUE and SQuAD.
 
 GLUE: Matthews correlation (CoLA), accuracy, F1 of the positive class 1 (MRPC, QQP), Pearson
-and Spearman correlation (STS-B); `glue_metrics` computes a task's metrics on one dev split
-(MNLI's matched and mismatched splits are scored separately) and `glue_average` the GLUE score
-without WNLI. Values are fractions in [0, 1] (correlations in [-1, 1]).
+and Spearman correlation (STS-B), computed by scikit-learn and scipy as Hugging Face's `evaluate`
+GLUE metric does (`matthews_corrcoef`, `accuracy_score`, `f1_score`; `pearsonr`, `spearmanr`);
+`glue_metrics` computes a task's metrics on one dev split (MNLI's matched and mismatched splits
+are scored separately) and `glue_average` the GLUE score without WNLI. Values are fractions in
+[0, 1] (correlations in [-1, 1]); where a score is undefined (a constant prediction) it is 0.0,
+so model selection by dev score always has a number.
 
 SQuAD: answers are compared after the official normalisation (lowercase, no punctuation, no
 articles a/an/the, single spaces); exact match and token-level F1 take the maximum over the gold
@@ -13,11 +16,15 @@ answers; scores are percentages, under the official scripts' key names.
 from __future__ import annotations
 
 import collections
+import math
 import re
 import string
+import warnings
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
+import scipy.stats
+import sklearn.metrics
 
 from bert_ds.finetune.tasks import GLUE_TASKS, GlueTask, eval_name, get_task
 
@@ -27,58 +34,41 @@ from bert_ds.finetune.tasks import GLUE_TASKS, GlueTask, eval_name, get_task
 def accuracy(predictions: Sequence, labels: Sequence) -> float:
     """Share of predictions equal to their label."""
     predictions, labels = _pair(predictions, labels)
-    return float(np.mean(predictions == labels))
+    return float(sklearn.metrics.accuracy_score(labels, predictions))
 
 
 def binary_f1(predictions: Sequence, labels: Sequence, positive: int = 1) -> float:
     """F1 of the positive class: 2 TP / (2 TP + FP + FN); 0.0 when there is no positive at all."""
     predictions, labels = _pair(predictions, labels)
-    true_positive = np.sum((predictions == positive) & (labels == positive))
-    wrong = np.sum((predictions == positive) != (labels == positive))  # FP + FN
-    denominator = 2 * true_positive + wrong
-    return float(2 * true_positive / denominator) if denominator else 0.0
+    return float(sklearn.metrics.f1_score(labels == positive, predictions == positive, zero_division=0.0))
 
 
 def matthews_corrcoef(predictions: Sequence, labels: Sequence) -> float:
-    """Matthews correlation coefficient, in its multi-class form (Gorodkin's R_K), which for two
-    classes is (TP·TN − FP·FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)); 0.0 when undefined (a
-    constant prediction or constant labels)."""
+    """Matthews correlation coefficient (its multi-class form for more than two classes); 0.0
+    when undefined (a constant prediction or constant labels)."""
     predictions, labels = _pair(predictions, labels)
-    classes, inverse = np.unique(np.concatenate([labels, predictions]), return_inverse=True)
-    n, k = len(labels), len(classes)
-    true_counts = np.bincount(inverse[:n], minlength=k).astype(np.float64)
-    predicted_counts = np.bincount(inverse[n:], minlength=k).astype(np.float64)
-    correct = float(np.sum(predictions == labels))
-    covariance = correct * n - true_counts @ predicted_counts
-    denominator = np.sqrt((n * n - predicted_counts @ predicted_counts) * (n * n - true_counts @ true_counts))
-    return float(covariance / denominator) if denominator else 0.0
+    return float(sklearn.metrics.matthews_corrcoef(labels, predictions))
+
+
+def _correlation(function, predictions: Sequence[float], labels: Sequence[float]) -> float:
+    x, y = (np.asarray(v, dtype=np.float64) for v in _pair(predictions, labels))
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return 0.0  # undefined for a constant side (scipy warns and returns nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", scipy.stats.ConstantInputWarning)
+        value = float(function(x, y)[0])
+    return value if math.isfinite(value) else 0.0
 
 
 def pearson(predictions: Sequence[float], labels: Sequence[float]) -> float:
-    """Pearson correlation; 0.0 when either side is constant (the correlation is undefined there,
-    and a number keeps model selection by dev score total)."""
-    x, y = (np.asarray(v, dtype=np.float64) for v in _pair(predictions, labels))
-    x, y = x - x.mean(), y - y.mean()
-    denominator = np.sqrt((x @ x) * (y @ y))
-    return float(x @ y / denominator) if denominator else 0.0
-
-
-def average_ranks(values: Sequence[float]) -> np.ndarray:
-    """1-based ranks, tied values sharing the mean of their ranks (as Spearman's rho needs)."""
-    values = np.asarray(values, dtype=np.float64)
-    order = np.argsort(values, kind="stable")
-    ordered = values[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    ends = np.r_[starts[1:], len(values)]
-    ranks = np.empty(len(values), dtype=np.float64)
-    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)  # mean of ranks start+1..end
-    return ranks
+    """Pearson correlation (scipy.stats.pearsonr); 0.0 when either side is constant."""
+    return _correlation(scipy.stats.pearsonr, predictions, labels)
 
 
 def spearman(predictions: Sequence[float], labels: Sequence[float]) -> float:
-    """Spearman's rank correlation: Pearson's on average ranks (ties handled)."""
-    predictions, labels = _pair(predictions, labels)
-    return pearson(average_ranks(predictions), average_ranks(labels))
+    """Spearman's rank correlation (scipy.stats.spearmanr, ties at their mean rank); 0.0 when
+    either side is constant."""
+    return _correlation(scipy.stats.spearmanr, predictions, labels)
 
 
 def _pair(predictions: Sequence, labels: Sequence) -> tuple[np.ndarray, np.ndarray]:
