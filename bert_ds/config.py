@@ -22,6 +22,17 @@ SENTENCE_SPLITTERS = ("regex", "punkt")
 DEFAULT_SENTENCE_SPLITTER = "punkt"
 
 
+# Table 5's pre-training objectives (data/pairs.py builds their inputs, data/masking.py their targets):
+# "mlm_nsp" BERT's masked LM + next sentence prediction; "mlm" the paper's "No NSP" row: the same
+# sentence-pair inputs (segments A and B, token types 0 and 1) with the NSP loss dropped;
+# "mlm_full_sentences" RoBERTa's FULL-SENTENCES input: one contiguous full-length segment, token
+# type always 0, no NSP; "ltr" a left-to-right LM (causal attention, next-token targets) on full
+# segments, the paper's "LTR & No NSP" row.
+OBJECTIVES = ("mlm_nsp", "mlm", "mlm_full_sentences", "ltr")
+PAIR_OBJECTIVES = ("mlm_nsp", "mlm")
+"""The objectives whose inputs are NSP's sentence pairs."""
+
+
 def valid_seed(seed: int) -> bool:
     """Seeds are in [0, 2**32): numpy's generators refuse negative ones, and example ids pack one in 64 bits."""
     return 0 <= seed < 2**32
@@ -199,8 +210,9 @@ class DataConfig:
     """Tokens per sequence, [CLS]/[SEP] included: 128 for the paper's phase 1, 512 for phase 2."""
     micro_batch_size: int = 8
     """Sequences per batch this rank yields."""
-    objective: Literal["mlm_nsp", "mlm", "ltr"] = "mlm_nsp"
-    """Table 5's objectives: MLM + NSP (default), MLM only, left-to-right LM (causal, no NSP)."""
+    objective: Literal["mlm_nsp", "mlm", "mlm_full_sentences", "ltr"] = "mlm_nsp"
+    """Table 5's objectives (OBJECTIVES): MLM + NSP (default), MLM on the same pairs without NSP,
+    MLM on full-length single segments (RoBERTa), left-to-right LM (causal, no NSP)."""
     mask_prob: float = 0.15
     """Share of non-special tokens selected for prediction."""
     dynamic_masking: bool = True
@@ -232,8 +244,8 @@ class DataConfig:
             problems.append(f"--seq-length {self.seq_length} must be in [8, {max_position_embeddings}]")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:  # None: `auto`, resolved by the plan
             problems.append(f"--micro-batch-size {self.micro_batch_size} must be at least 1")
-        if self.objective not in ("mlm_nsp", "mlm", "ltr"):
-            problems.append(f"--objective {self.objective!r} must be 'mlm_nsp', 'mlm' or 'ltr'")
+        if self.objective not in OBJECTIVES:
+            problems.append(f"--objective {self.objective!r} must be one of {', '.join(OBJECTIVES)}")
         if not 0.0 < self.mask_prob < 1.0:
             problems.append(f"--mask-prob {self.mask_prob} must be in (0, 1)")
         if not 0.0 <= self.short_seq_prob <= 1.0:

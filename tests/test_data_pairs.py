@@ -72,3 +72,26 @@ def test_full_segments_are_contiguous_and_fill_the_sequence(sample_documents):
     flat = [t for document in sample_documents[:1] for sentence in document for t in sentence]
     rebuilt = [t for e in full_segment_examples(sample_documents[:1], 128) for t in e.tokens_a]
     assert rebuilt == flat  # nothing dropped, nothing reordered
+
+
+def test_each_objective_gets_its_table5_input(sample_tokenizer, sample_documents):
+    """No NSP ("mlm") keeps the sentence-pair inputs, segment B (token type 1) included, and drops
+    only the NSP label; RoBERTa's full sentences ("mlm_full_sentences") and "ltr" are one segment."""
+    from bert_ds.config import OBJECTIVES
+    from bert_ds.data.masking import collate
+    from bert_ds.data.pairs import build_examples
+
+    ids = SpecialIds.from_tokenizer(sample_tokenizer)
+    documents = sample_documents[:16]
+    batches = {}
+    for objective in OBJECTIVES:
+        examples = build_examples(documents, objective, 64, 0.1, np.random.default_rng(3))
+        batches[objective] = (examples, collate(examples[:32], ids, 64, objective, 3, False))
+    pairs, nsp_pairs = batches["mlm"][0], batches["mlm_nsp"][0]
+    assert [(e.tokens_a, e.tokens_b) for e in pairs] == [(e.tokens_a, e.tokens_b) for e in nsp_pairs]
+    assert batches["mlm"][1]["token_type_ids"].max() == 1 and "next_sentence_label" not in batches["mlm"][1]
+    assert "next_sentence_label" in batches["mlm_nsp"][1]
+    for objective in ("mlm_full_sentences", "ltr"):
+        examples, batch = batches[objective]
+        assert all(e.tokens_b is None for e in examples) and batch["token_type_ids"].max() == 0
+        assert "next_sentence_label" not in batch

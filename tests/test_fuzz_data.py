@@ -94,7 +94,7 @@ def _read_batches(files: dict[str, bytes], tokenizer, config: DataConfig) -> Non
 _SMALL = DataConfig(seq_length=64, micro_batch_size=2, block_documents=4)
 _DATA_CONFIG = st.builds(
     DataConfig, seq_length=st.just(64), micro_batch_size=st.just(2), block_documents=st.just(4),
-    objective=st.sampled_from(["mlm_nsp", "mlm", "ltr"]), txt_documents=st.sampled_from(["file", "blank_line"]),
+    objective=st.sampled_from(["mlm_nsp", "mlm", "mlm_full_sentences", "ltr"]), txt_documents=st.sampled_from(["file", "blank_line"]),
     seed=mostly(st.integers(0, 3), st.sampled_from([-1, 2**63, 2**64])),
 )
 

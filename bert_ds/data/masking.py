@@ -135,7 +135,7 @@ def collate(
     dynamic_masking: bool,
     mask_prob: float = 0.15,
 ) -> dict[str, np.ndarray]:
-    """A model-ready batch (numpy) for `objective` ("mlm_nsp", "mlm" or "ltr").
+    """A model-ready batch (numpy) for `objective` (config.OBJECTIVES).
 
     Keys: input_ids, token_type_ids, attention_mask, loss_mask, labels, example_uid, and
     next_sentence_label (0 = B follows A, 1 = B is random) for "mlm_nsp".

@@ -13,6 +13,8 @@ from typing import Optional
 
 import numpy as np
 
+from bert_ds.config import PAIR_OBJECTIVES
+
 Document = list[list[int]]  # sentences of token ids
 
 
@@ -120,7 +122,7 @@ def _random_segment(documents, doc_index: int, target: int, rng: np.random.Gener
 def full_segment_examples(documents: list[Document], max_seq_length: int) -> list[Example]:
     """[CLS] X [SEP] examples: each document packed into contiguous, full-length segments.
 
-    Used without NSP (the "MLM only" and "left-to-right" ablations). A sentence longer than a
+    Used by "mlm_full_sentences" (RoBERTa) and "ltr" (left-to-right). A sentence longer than a
     segment is split across segments; segments never cross documents.
     """
     max_tokens = max_seq_length - 2
@@ -143,7 +145,9 @@ def full_segment_examples(documents: list[Document], max_seq_length: int) -> lis
 def build_examples(
     documents: list[Document], objective: str, max_seq_length: int, short_seq_prob: float, rng: np.random.Generator
 ) -> list[Example]:
-    """Examples for `objective` ("mlm_nsp", "mlm" or "ltr") from one block of documents."""
-    if objective == "mlm_nsp":
+    """Examples for `objective` (config.OBJECTIVES) from one block of documents: NSP's sentence
+    pairs for "mlm_nsp" and "mlm" (No NSP keeps the pair inputs and drops only the loss), full
+    segments for "mlm_full_sentences" and "ltr"."""
+    if objective in PAIR_OBJECTIVES:
         return nsp_examples(documents, max_seq_length, short_seq_prob, rng)
     return full_segment_examples(documents, max_seq_length)

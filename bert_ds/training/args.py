@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bert_ds.config import (
-    PRESETS, SENTENCE_SPLITTERS, ConfigError, DataConfig, ModelConfig, model_preset, padded_vocab_size, validate_layout,
+    OBJECTIVES, PRESETS, SENTENCE_SPLITTERS, ConfigError, DataConfig, ModelConfig, model_preset, padded_vocab_size, validate_layout,
 )
 from bert_ds.options import HelpFormatter, add_options, flat, from_namespace, option, refuse_empty_values
 from bert_ds.training.sections import (
@@ -94,8 +94,10 @@ class DataOptions:
     """Lowercase and strip accents before WordPiece lookup (default: the vocabulary's own casing, data/wordpiece.py)."""
     seq_length: int = DataConfig.seq_length
     """Tokens per sequence ([CLS]/[SEP] included): 128 in the paper's phase 1, 512 in phase 2."""
-    objective: str = field(default=DataConfig.objective, metadata=option(choices=["mlm_nsp", "mlm", "ltr"]))
-    """Table 5's objectives: masked LM + next sentence prediction, masked LM only, or left-to-right LM."""
+    objective: str = field(default=DataConfig.objective, metadata=option(choices=OBJECTIVES))
+    """Table 5's objectives: mlm_nsp (masked LM + next sentence prediction), mlm (the paper's "No
+    NSP": the same sentence pairs, no NSP loss), mlm_full_sentences (RoBERTa's: one full-length
+    segment, no NSP) or ltr (left-to-right LM on full segments, "LTR & No NSP")."""
     mask_prob: float = DataConfig.mask_prob
     """Share of non-special tokens selected for masked-LM prediction."""
     dynamic_masking: bool = field(default=DataConfig.dynamic_masking, metadata=option(flag="--static-masking"))
