@@ -67,3 +67,51 @@ def test_mask_builder_combines_padding_and_causal():
         [[0, 1, 1, 1], [0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 0, 1]], dtype=torch.bool
     )
     assert torch.equal(causal, expected)
+
+
+def test_a_causal_classifier_pools_the_last_real_token(layout):
+    """Under the causal mask [CLS] sees only itself, so a [CLS] pooler gives every input the same
+    logits; a left-to-right model pools each sequence's last real token instead (model/bert.py
+    pooled_positions), and padding after it changes nothing."""
+    torch.manual_seed(0)
+    config = model_preset("tiny", vocab_size=VOCAB, hidden_dropout=0.0, attention_dropout=0.0, causal=True)
+    model = build_model(config, layout, "classification", num_labels=2).eval()
+    batch = synthetic_batch(VOCAB, batch=2, seq=10, seed=5)
+    batch["input_ids"][:, 0] = 2  # the same [CLS] id in both rows, different tokens after it
+    ids, types, mask = batch["input_ids"], batch["token_type_ids"], torch.ones_like(batch["input_ids"])
+    with torch.no_grad():
+        logits = model(ids, types, mask)
+        assert not torch.allclose(logits[0], logits[1]), "the logits ignore the input"
+        padded = torch.nn.functional.pad(ids, (0, 4), value=0)
+        padded_logits = model(padded, torch.nn.functional.pad(types, (0, 4)), torch.nn.functional.pad(mask, (0, 4)))
+    torch.testing.assert_close(padded_logits, logits)
+
+
+@pytest.mark.parametrize("kind", ["classification", "span", "multiple_choice"])
+def test_the_bilstm_head_reads_every_real_token_and_ignores_padding(layout, kind):
+    """--bilstm (Table 5's "+ BiLSTM"): a BiLSTM under the head, without a pooler; padding is
+    packed away, so appending it changes no output; every BiLSTM weight receives gradient."""
+    torch.manual_seed(0)
+    config = model_preset("tiny", vocab_size=VOCAB, hidden_dropout=0.0, attention_dropout=0.0)
+    model = build_model(config, layout, kind, num_labels=3, bilstm=True)
+    assert model.bert.pooler is None and model.bilstm.hidden_size == config.hidden_size // 2
+    batch = synthetic_batch(VOCAB, batch=2, seq=10, seed=6)
+    ids, types, mask = batch["input_ids"], batch["token_type_ids"], torch.ones_like(batch["input_ids"])
+
+    def pad(t):
+        return torch.nn.functional.pad(t, (0, 3))
+
+    if kind == "multiple_choice":  # two choices per example
+        ids, types, mask = (t[:, None].expand(-1, 2, -1).contiguous() for t in (ids, types, mask))
+    outputs = model(ids, types, mask)
+    padded = model(pad(ids), pad(types), pad(mask))
+    if kind == "span":
+        for plain, longer in zip(outputs, padded):
+            torch.testing.assert_close(longer[:, :10], plain)
+            assert (longer[:, 10:] == torch.finfo(longer.dtype).min).all()  # padding is never an answer
+        loss = outputs[0].sum() + outputs[1].sum()
+    else:
+        torch.testing.assert_close(padded, outputs)
+        loss = outputs.sum()
+    loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.bilstm.parameters())

@@ -365,6 +365,7 @@ def test_import_mismatch_is_an_error_naming_file_and_field(hf_folder, case, tmp_
 EXPORT_ERRORS = {
     "pre_ln": (dict(layer_norm_position="pre"), None, "pre-LN"),
     "causal": (dict(causal=True), None, "causal"),
+    "bilstm": ({}, dict(kind="sequence_classification", num_labels=3, bilstm=True), "BiLSTM between the encoder and its head"),
     "task_kind": ({}, dict(kind="token_classification"), "'token_classification'"),
     "head_shape": ({}, dict(kind="multiple_choice"), "classifier.weight has shape (3, 64)"),
 }

@@ -43,11 +43,17 @@ def export_hf(checkpoint: PortableCheckpoint, out: str | os.PathLike, notes: Opt
 
     `notes`, if given, receives one line per thing the export left out (vocabulary padding rows,
     a head the HF class has no place for). Raises CheckpointError for a model without a HF
-    counterpart (pre-LN, causal), a malformed task entry, or a tensor that fits nowhere.
+    counterpart (pre-LN, causal, a BiLSTM head), a malformed task entry, or a tensor that fits nowhere.
     """
     notes = notes if notes is not None else []
     config = checkpoint.model_config
     manifest_file = checkpoint.path / "portable.json"
+    task = checkpoint.manifest.get("task")
+    if isinstance(task, dict) and task.get("bilstm"):
+        raise CheckpointError(
+            f"{manifest_file}: the model has a BiLSTM between the encoder and its head (fine-tuning's --bilstm, "
+            "Table 5's '+ BiLSTM' row); Hugging Face BERT has no such model, so it has no HF counterpart."
+        )
     if config.layer_norm_position != "post" or config.causal:
         kind = "pre-LN" if config.layer_norm_position != "post" else "causal (left-to-right)"
         raise CheckpointError(
@@ -55,7 +61,6 @@ def export_hf(checkpoint: PortableCheckpoint, out: str | os.PathLike, notes: Opt
             "so it has no HF counterpart."
         )
     ours = checkpoint.read_weights()
-    task = checkpoint.manifest.get("task")
     architecture, heads, task_fields = _architecture(task, ours, config, manifest_file)
     tokenizer = load_tokenizer(checkpoint.tokenizer_dir) if checkpoint.tokenizer_dir else None
     vocab_size = _strip_vocab_padding(ours, tokenizer, manifest_file, notes)

@@ -56,6 +56,20 @@ class StartOptions:
 
 
 @dataclass
+class HeadOptions:
+    """What sits between the encoder and the task's output layer."""
+
+    bilstm: bool = False
+    """Table 5's "+ BiLSTM" row: a randomly initialised one-layer BiLSTM (H/2 per direction) on the
+    encoder's token states, trained in fine-tuning only; span extraction scores its outputs,
+    classification and multiple choice its final states (no pooler). The kept model is a bert_ds
+    portable checkpoint: Hugging Face has no such model, so export-hf refuses it."""
+
+    def problems(self) -> list[str]:
+        return []
+
+
+@dataclass
 class FinetuneParallel(ParallelOptions):
     """How the job is split over processes (world = TP x DP) and run by DeepSpeed."""
 
@@ -157,6 +171,8 @@ class FinetuneConfig:
 
     start: StartOptions
     """The starting point: the weights fine-tuned, their tokenizer, and where results go."""
+    head: HeadOptions = field(default_factory=HeadOptions)
+    """What sits between the encoder and the task's output layer."""
     parallel: FinetuneParallel = field(default_factory=FinetuneParallel)
     """How the job is split over processes (world = TP x DP) and run by DeepSpeed."""
     recipe: RecipeOptions = field(default_factory=RecipeOptions)
@@ -173,7 +189,7 @@ class FinetuneConfig:
         option; with `world_size` and the starting point's `model_config` (the launch plan, which
         the dry run and the real job share) also whether the model splits over TP and every
         setting's batch over DP."""
-        problems = [p for name in ("start", "parallel", "recipe", "grid", "outputs", "plan") for p in getattr(self, name).problems()]
+        problems = [p for name in ("start", "head", "parallel", "recipe", "grid", "outputs", "plan") for p in getattr(self, name).problems()]
         if problems:
             raise ConfigError("Invalid options: " + "; ".join(problems) + ".")
         if world_size is not None and model_config is not None:

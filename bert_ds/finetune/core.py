@@ -57,16 +57,17 @@ class RunResult:
     score: float
 
 
-def build_model(start, task: TaskData, layout, seed: int):
-    """The encoder with --init's weights (or BERT's init) and a fresh head drawn from `seed`."""
+def build_model(start, task: TaskData, layout, seed: int, bilstm: bool = False):
+    """The encoder with --init's weights (or BERT's init) and a fresh head (with `bilstm`, a
+    BiLSTM under it) drawn from `seed`."""
     from bert_ds.checkpoint.portable_load import load_portable_weights
     from bert_ds.model import build_model as build_layout_model
 
-    model = build_layout_model(start.model_config, layout, task.kind, num_labels=task.num_labels, seed=seed)
+    model = build_layout_model(start.model_config, layout, task.kind, num_labels=task.num_labels, seed=seed, bilstm=bilstm)
     if start.checkpoint is not None:
         load_portable_weights(
             model, start.checkpoint, layout.tp_rank, layout.tensor_parallel,
-            allow_missing=("classifier.", "qa_outputs.", "bert.pooler."),
+            allow_missing=("classifier.", "qa_outputs.", "bert.pooler.", "bilstm."),
         )
     return model
 
@@ -140,7 +141,7 @@ def run_once(job: FinetuneConfig, task: TaskData, start, layout, settings: RunSe
     from bert_ds.distributed import reseed
 
     reseed(layout, settings.seed, 0)  # dropout streams of this run
-    model = build_model(start, task, layout, settings.seed)
+    model = build_model(start, task, layout, settings.seed, job.head.bilstm)
     steps = math.ceil(len(task.train) / settings.batch_size)
     engine, plan, notes = _engine(job, settings, model, layout, steps * settings.epochs, start.model_config, task)
     for note in notes:
@@ -187,7 +188,7 @@ def run_job(job: FinetuneConfig, task: TaskData, start, layout) -> dict:
         layout.say(f"run {index + 1}/{len(settings)}: batch {run.batch_size}, lr {run.lr:g}, epochs {run.epochs}, seed {run.seed}")
         results.append(run_once(job, task, start, layout, run, keeper.offer))
     best = max(results, key=lambda r: r.score)
-    summary = write_results(job, task, results, best, layout, precision)
+    summary = write_results(job, task, results, best, layout, precision, start.model_config.causal)
     if layout.rank == 0:
         task.write_outputs(job.start.output, best.dev_predictions, best.test_outputs)
     dist.barrier()

@@ -61,7 +61,8 @@ class ModelKeeper:
             out = Path(self.job.start.output) / MODEL_SUBDIR
             write_portable(
                 out, self.start.model_config, weights, tokenizer=self.start.tokenizer,
-                source=f"finetuned:{self.task.name}", task=self.task.export_task,
+                source=f"finetuned:{self.task.name}",
+                task=dict(self.task.export_task, bilstm=True) if self.job.head.bilstm else self.task.export_task,
                 training=dict(settings=result.settings.hyperparameters(), seed=result.settings.seed, dev=result.dev_metrics),
             )
         dist.barrier()
@@ -92,9 +93,10 @@ def precision_record(job, layout) -> dict:
     return dict(name=choice.name, requested=choice.requested, reason=choice.reason, warning=choice.warning)
 
 
-def write_results(job, task, results: list, best, layout, precision: dict) -> dict:
-    """results.json: the selected run, the restarts' spread, the selection budget and `precision`
-    (precision_record's)."""
+def write_results(job, task, results: list, best, layout, precision: dict, causal: bool = False) -> dict:
+    """results.json: the selected run, the restarts' spread, the selection budget, `precision`
+    (precision_record's) and the head: whether a BiLSTM sits under it and which token a
+    sequence is pooled from (a causal model's last real token, model/bert.py pooled_positions)."""
     same_setting = [r for r in results if r.settings.hyperparameters() == best.settings.hyperparameters()]
     scores = [r.score for r in same_setting]
     summary = dict(
@@ -107,6 +109,8 @@ def write_results(job, task, results: list, best, layout, precision: dict) -> di
         restarts=dict(scores=scores, mean=float(np.mean(scores)), std=float(np.std(scores)), count=len(scores)),
         init=job.start.init,
         precision=precision,
+        head=dict(bilstm=job.head.bilstm, pooling=None if task.kind == "span" or job.head.bilstm
+                  else "last real token (causal model)" if causal else "[CLS]"),
         all_runs=[
             dict(settings=r.settings.hyperparameters(), seed=r.settings.seed, score=r.score, history=r.history)
             for r in results

@@ -13,11 +13,12 @@ PRETRAINING = "pretraining"
 
 
 def build_model(config: ModelConfig, layout, head: str = PRETRAINING, *, with_nsp: bool = True,
-                num_labels: int = 2, seed: int | None = None, pipeline_loss=None):
+                num_labels: int = 2, seed: int | None = None, pipeline_loss=None, bilstm: bool = False):
     """The model for this process's place in `layout` (a distributed.ParallelLayout).
 
     head: "pretraining" (BertForPretraining, with the NSP head when `with_nsp`) or a fine-tuning
-    TaskKind of model/heads.py ("classification" with `num_labels`, "span", "multiple_choice").
+    TaskKind of model/heads.py ("classification" with `num_labels`, "span", "multiple_choice"),
+    with a BiLSTM between encoder and head when `bilstm` (Table 5's "+ BiLSTM").
     With `pipeline_loss` a pre-training model is this rank's DeepSpeed pipeline stage
     (model/pipeline.py; needed with layout.pipeline_parallel > 1, possible with one stage), whose
     last stage scores with `pipeline_loss(outputs, labels)` (training/pipeline_loss.py).
@@ -35,6 +36,8 @@ def build_model(config: ModelConfig, layout, head: str = PRETRAINING, *, with_ns
     seed = layout.seed if seed is None else seed
     if layout.pipeline_parallel > 1 and pipeline_loss is None:
         raise ValueError("pipeline parallelism needs the last stage's pipeline_loss")
+    if head == PRETRAINING and bilstm:
+        raise ValueError("the BiLSTM is a fine-tuning head")
     if pipeline_loss is not None:
         if head != PRETRAINING:
             raise ValueError("pipeline stages are built for pre-training only")
@@ -48,7 +51,7 @@ def build_model(config: ModelConfig, layout, head: str = PRETRAINING, *, with_ns
     else:
         from bert_ds.model.heads import BertForFinetuning
 
-        model = BertForFinetuning(config, tconfig, spec, head, num_labels, pg_collection=layout.pg_collection)
+        model = BertForFinetuning(config, tconfig, spec, head, num_labels, pg_collection=layout.pg_collection, bilstm=bilstm)
     initialize_weights(model, config, seed, layout.tp_rank, layout.tensor_parallel)
     return model.to(layout.device)
 

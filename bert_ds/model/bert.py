@@ -75,15 +75,29 @@ class BertEmbeddings(MegatronModule):
         return embeddings.transpose(0, 1).contiguous()  # [s, b, h]
 
 
+def pooled_positions(attention_mask: torch.Tensor, causal: bool) -> Optional[torch.Tensor]:
+    """Which token's state a sequence is pooled from: [CLS] (None: position 0) for a bidirectional
+    model; for a causal (left-to-right) one the last real token, the only one that has seen the
+    whole input (position 0 sees only itself there, so a [CLS] pooler would give every input the
+    same logits), as GPT's classifiers do. [b, s] mask with 1 = real token -> [b] positions."""
+    if not causal:
+        return None
+    return (attention_mask.long().sum(dim=1) - 1).clamp(min=0)
+
+
 class BertPooler(torch.nn.Module):
-    """tanh(W h_[CLS] + b): the sentence representation NSP and classification heads read."""
+    """tanh(W h + b) of [CLS] (or, for a causal model, of each sequence's last real token): the
+    sentence representation NSP and classification heads read."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.dense = _normal_linear(config.hidden_size, config.hidden_size, config.init_method_std)
 
-    def forward(self, sequence_output: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(sequence_output[0]))  # [s, b, h] -> [b, h]
+    def forward(self, sequence_output: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if positions is None:
+            return torch.tanh(self.dense(sequence_output[0]))  # [s, b, h] -> [b, h]
+        batch = torch.arange(sequence_output.shape[1], device=sequence_output.device)
+        return torch.tanh(self.dense(sequence_output[positions, batch]))
 
 
 def _tp_group(pg_collection):
@@ -130,8 +144,9 @@ class BertModel(MegatronModule):
         hidden = self.embeddings(input_ids, token_type_ids)
         masked_out = attention_mask_to_masked_out(attention_mask, self.model_config.causal)
         sequence_output = self.encoder(hidden, attention_mask=masked_out)
-        pooled = self.pooler(sequence_output) if self.pooler is not None else None
-        return sequence_output, pooled
+        if self.pooler is None:
+            return sequence_output, None
+        return sequence_output, self.pooler(sequence_output, pooled_positions(attention_mask, self.model_config.causal))
 
 
 class BertLMHead(MegatronModule):

@@ -6,6 +6,13 @@
   score (`classifier` [1, H]); a softmax over the choices;
 - span extraction (SQuAD): every token's state -> `qa_outputs` [2, H] -> start and end logits.
 
+With `bilstm` (Table 5's "+ BiLSTM" row: fine-tuning's `--bilstm`) a randomly initialised
+one-layer bidirectional LSTM (H/2 per direction) reads the encoder's token states first: span
+extraction scores its per-token outputs, classification and multiple choice read its two final
+states (forward at the last real token, backward at [CLS]) instead of the pooler. Padding is
+packed away, so it changes nothing. Hugging Face has no such model (checkpoint/hf_export.py
+refuses it).
+
 Parameter names match Hugging Face's task classes (`classifier`, `qa_outputs`), so exports map
 one to one. Heads are tiny and replicated on every tensor-parallel rank (their input, the encoder
 output, is the same on all of them).
@@ -30,14 +37,20 @@ class BertForFinetuning(MegatronModule):
     """BertModel + one head; forward returns logits (see `forward`)."""
 
     def __init__(
-        self, config: ModelConfig, transformer_config, layer_spec, kind: TaskKind, num_labels: int = 2, *, pg_collection
+        self, config: ModelConfig, transformer_config, layer_spec, kind: TaskKind, num_labels: int = 2, *, pg_collection,
+        bilstm: bool = False,
     ):
         super().__init__(config=transformer_config)
         if kind not in KINDS:
             raise ValueError(f"unknown task kind {kind!r}; one of {KINDS}")
+        if bilstm and config.hidden_size % 2:
+            raise ValueError(f"--bilstm needs an even hidden size, got {config.hidden_size}")
         self.kind, self.model_config = kind, config
-        # Hugging Face's span model has no pooler; ours follows so exported keys match.
-        self.bert = BertModel(config, transformer_config, layer_spec, add_pooler=kind != "span", pg_collection=pg_collection)
+        # Hugging Face's span model has no pooler; ours follows so exported keys match. With the
+        # BiLSTM the classifier reads the LSTM's final states, so no pooler either.
+        pooler = kind != "span" and not bilstm
+        self.bert = BertModel(config, transformer_config, layer_spec, add_pooler=pooler, pg_collection=pg_collection)
+        self.bilstm = torch.nn.LSTM(config.hidden_size, config.hidden_size // 2, bidirectional=True) if bilstm else None
         self.dropout = Dropout(config.hidden_dropout)
         if kind == "span":
             self.qa_outputs = torch.nn.Linear(config.hidden_size, 2)
@@ -54,9 +67,9 @@ class BertForFinetuning(MegatronModule):
         if self.kind == "multiple_choice":
             batch, choices, seq = input_ids.shape
             flat = [t.reshape(batch * choices, seq) if t is not None else None for t in (input_ids, token_type_ids, attention_mask)]
-            sequence_output, pooled = self.bert(*flat)
+            sequence_output, pooled = self._encode(*flat)
             return self.classifier(self.dropout(pooled)).view(batch, choices)
-        sequence_output, pooled = self.bert(input_ids, token_type_ids, attention_mask)
+        sequence_output, pooled = self._encode(input_ids, token_type_ids, attention_mask)
         if self.kind == "classification":
             return self.classifier(self.dropout(pooled))
         logits = self.qa_outputs(sequence_output).transpose(0, 1)  # [s, b, 2] -> [b, s, 2]
@@ -64,6 +77,19 @@ class BertForFinetuning(MegatronModule):
             logits = logits.masked_fill(~attention_mask.bool().unsqueeze(-1), torch.finfo(logits.dtype).min)
         start, end = logits.unbind(-1)
         return start.contiguous(), end.contiguous()
+
+    def _encode(self, input_ids, token_type_ids, attention_mask):
+        """(token states [s, b, h], sentence representation [b, h] or None): the encoder's, or
+        with the BiLSTM its per-token outputs and its final forward and backward states."""
+        sequence_output, pooled = self.bert(input_ids, token_type_ids, attention_mask)
+        if self.bilstm is None:
+            return sequence_output, pooled
+        seq = sequence_output.shape[0]
+        lengths = (attention_mask.sum(1) if attention_mask is not None else torch.full((input_ids.shape[0],), seq))
+        packed = torch.nn.utils.rnn.pack_padded_sequence(sequence_output, lengths.cpu().clamp(min=1), enforce_sorted=False)
+        outputs, (final, _) = self.bilstm(packed)
+        outputs, _ = torch.nn.utils.rnn.pad_packed_sequence(outputs, total_length=seq)  # [s, b, h], zeros at padding
+        return outputs, torch.cat([final[0], final[1]], dim=-1)
 
 
 def finetuning_loss(kind: TaskKind, logits, batch: dict, regression: bool = False) -> torch.Tensor:

@@ -29,6 +29,11 @@ def is_norm_parameter(name: str) -> bool:
     return "layernorm" in lowered or "norm." in lowered
 
 
+def is_bias_parameter(name: str) -> bool:
+    """A bias, by parameter name (`...bias`, and an LSTM's `bias_ih_l0` / `bias_hh_l0`)."""
+    return name.rsplit(".", 1)[-1].startswith("bias")
+
+
 def initial_full_tensor(full_name: str, shape, std: float, seed: int) -> torch.Tensor:
     """The full-size fp32 initial value of the parameter `full_name` (a BertForPretraining name).
 
@@ -37,7 +42,7 @@ def initial_full_tensor(full_name: str, shape, std: float, seed: int) -> torch.T
     """
     if is_norm_parameter(full_name):
         return torch.full(tuple(shape), 1.0 if full_name.endswith("weight") else 0.0)
-    if full_name.endswith("bias"):
+    if is_bias_parameter(full_name):
         return torch.zeros(tuple(shape))
     return torch.empty(list(shape), dtype=torch.float32).normal_(0.0, std, generator=_generator(seed, full_name))
 

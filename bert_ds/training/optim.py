@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from bert_ds.distributed import is_gpu
-from bert_ds.model.init import is_norm_parameter
+from bert_ds.model.init import is_bias_parameter, is_norm_parameter
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        exempt = name.endswith("bias") or is_norm_parameter(name)
+        exempt = is_bias_parameter(name) or is_norm_parameter(name)
         (no_decay if exempt else decay).append(param)
     return [
         {"params": decay, "weight_decay": weight_decay},

@@ -1,0 +1,229 @@
+"""Table 5 of the BERT paper in miniature: the effect of the pre-training tasks.
+
+`python -m bert_ds.experiments.table5 --output DIR --glue-dir D --squad-dir D [--scale smoke|cpu|paper]
+[--restarts N]`. From one initialisation seed, the same pre-training stream and the same token
+budget it pre-trains three models: MLM+NSP, No NSP (`--objective mlm`: the same sentence pairs
+without the NSP loss) and LTR & No NSP (`--objective ltr`); it fine-tunes each on a sentence-pair
+task (MRPC, or `--pair-task`), a single-sentence task (SST-2) and span extraction (SQuAD v1.1),
+and the LTR model once more with a BiLSTM under the head (`--bilstm`, the "+ BiLSTM" row). Every
+cell runs `--restarts` seeds with the same hyper-parameters for every objective (the protocol is
+never tuned per objective). Results: table5.json, table5.md (shaped like the paper's table, its
+numbers beside ours) and table5.png (bars with error bars), in --output.
+
+Every step runs the project's own entrypoints as subprocesses (`bert_ds/pretrain.py`,
+`bert_ds/finetune/glue.py`, `squad.py`, with --launch's prefix, e.g. `torchrun --nproc_per_node
+8` on a node), each step's output in OUTPUT/logs/. It resumes: a rerun with the same --output skips
+every finished pre-training (done.json) and cell (its results.json), and a killed pre-training
+continues from its last checkpoint (--auto-resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+from bert_ds.errors import ConfigError, report
+from bert_ds.experiments.table5_report import ROWS, cell_summary, write_report
+
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How big one run of the experiment is."""
+
+    preset: str
+    pretrain_steps: int
+    global_batch_size: int
+    seq_length: int
+    lr: float
+    warmup_steps: int
+    save_interval: int
+    finetune_epochs: int
+    finetune_batch_size: int
+    finetune_lr: float
+    max_seq_length: int
+    squad_max_seq_length: int
+    doc_stride: int
+    grid: bool = False
+    """Fine-tune with the paper's grid (batch x lr x epochs) instead of one setting."""
+
+
+SCALES = {
+    # Minutes, on fixtures: the test suite runs it.
+    "smoke": Scale("tiny", 20, 16, 64, 1e-3, 2, 10, 4, 16, 2e-3, 48, 64, 32),
+    # About two hours on a 2-core CPU (README, "Reproducing Table 5").
+    "cpu": Scale("mini", 2_000, 32, 128, 5e-4, 100, 500, 3, 32, 1e-4, 128, 192, 64),
+    # The paper's budget for BERT-BASE (1M steps of 256 x 128 tokens; one phase, no 512-token
+    # phase 2), fine-tuned with its grid: for a cluster (--launch, README).
+    "paper": Scale("base", 1_000_000, 256, 128, 1e-4, 10_000, 10_000, 3, 32, 2e-5, 128, 384, 128, grid=True),
+}
+
+OBJECTIVES = {"MLM+NSP": "mlm_nsp", "No NSP": "mlm", "LTR & No NSP": "ltr", "+ BiLSTM": "ltr"}
+"""Row -> the pre-trained model it fine-tunes ("+ BiLSTM" reuses the LTR model)."""
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bert_ds.experiments.table5", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--output", required=True, help="experiment folder (rerun with the same one to resume)")
+    parser.add_argument("--glue-dir", required=True, help="glue_data folder with SST-2 and the pair task's folder")
+    parser.add_argument("--squad-dir", required=True, help="folder with train-v1.1.json and dev-v1.1.json")
+    parser.add_argument("--scale", choices=sorted(SCALES), default="cpu", help="smoke (fixtures), cpu or paper")
+    parser.add_argument("--restarts", type=int, default=3, help="fine-tuning seeds per cell")
+    parser.add_argument("--pair-task", default="mrpc", choices=["mrpc", "rte", "qnli", "mnli"],
+                        help="the sentence-pair task (the paper reports MNLI, QNLI and MRPC)")
+    parser.add_argument("--data", nargs="+", default=["sample"], help="pre-training sources (pretrain.py's --data)")
+    parser.add_argument("--tokenizer", default=None, help="pre-training tokenizer (pretrain.py's --tokenizer)")
+    parser.add_argument("--seed", type=int, default=1234, help="the one initialisation and data seed")
+    parser.add_argument("--launch", default=None,
+                        help="command prefix for every step, e.g. 'torchrun --nproc_per_node 8' (default: this python)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="steps run at once (the three pre-trainings, then the twelve cells): for a many-core CPU "
+                             "machine; each step then gets its share of the threads")
+    args = parser.parse_args(argv)
+    for name in ("restarts", "jobs"):
+        if getattr(args, name) < 1:
+            parser.error(f"argument --{name}: must be at least 1, got {getattr(args, name)}")
+    return args
+
+
+class Experiment:
+    def __init__(self, args: argparse.Namespace):
+        self.args, self.scale = args, SCALES[args.scale]
+        self.output = Path(args.output)
+        self.launch = shlex.split(args.launch) if args.launch else [sys.executable]
+        self.columns = [args.pair_task, "sst2", "squad"]
+
+    def run(self) -> dict:
+        for name, path in (("--glue-dir", self.args.glue_dir), ("--squad-dir", self.args.squad_dir)):
+            if not Path(path).is_dir():
+                raise ConfigError(f"{name} {path}: no such folder.")
+        (self.output / "logs").mkdir(parents=True, exist_ok=True)
+        self._each(self.pretrain, list(dict.fromkeys(OBJECTIVES.values())))
+        pairs = [(row, column) for row in ROWS for column in self.columns]
+        summaries = dict(zip(pairs, self._each(lambda pair: self.finetune(*pair), pairs)))
+        cells = {row: {column: summaries[row, column] for column in self.columns} for row in ROWS}
+        record = dict(scale=self.args.scale, settings=asdict(self.scale), restarts=self.args.restarts,
+                      columns=self.columns, seed=self.args.seed, data=self.args.data,
+                      budget=dict(pretraining_tokens=self.scale.pretrain_steps * self.scale.global_batch_size
+                                  * self.scale.seq_length, finetuning_runs_per_cell=self.args.restarts
+                                  * (18 if self.scale.grid else 1)),
+                      cells=cells)
+        write_report(self.output, record)
+        print(f"[table5] done: {self.output / 'table5.md'}", flush=True)
+        return record
+
+    def _each(self, step, items: list) -> list:
+        """`step(item)` for every item, --jobs at a time; the first failure is raised once all ended."""
+        if self.args.jobs == 1:
+            return [step(item) for item in items]
+        with concurrent.futures.ThreadPoolExecutor(self.args.jobs) as pool:
+            futures = [pool.submit(step, item) for item in items]
+            concurrent.futures.wait(futures)
+        return [future.result() for future in futures]
+
+    def pretrain(self, objective: str) -> None:
+        folder = self.output / "pretrain" / objective
+        if (folder / "done.json").is_file():
+            print(f"[table5] pre-training {objective}: done before, skipped", flush=True)
+            return
+        s = self.scale
+        args = ["--preset", s.preset, "--objective", objective, "--data", *self.args.data, "--seed", str(self.args.seed),
+                "--train-steps", str(s.pretrain_steps), "--global-batch-size", str(s.global_batch_size),
+                "--seq-length", str(s.seq_length), "--lr", str(s.lr), "--warmup-steps", str(s.warmup_steps),
+                "--save", str(folder / "ckpt"), "--save-interval", str(s.save_interval), "--keep-last", "2",
+                "--auto-resume", "--metrics-file", str(folder / "metrics.jsonl"), "--log-interval", "50"]
+        if self.args.tokenizer:
+            args += ["--tokenizer", self.args.tokenizer]
+        self._step(f"pre-training {objective}", PACKAGE / "pretrain.py", args, f"pretrain-{objective}")
+        (folder / "done.json").write_text(json.dumps(dict(objective=objective, steps=s.pretrain_steps)))
+
+    def finetune(self, row: str, column: str) -> dict:
+        folder = self.output / "finetune" / _slug(row) / column
+        results = folder / "results.json"
+        if not results.is_file():
+            self._step(f"fine-tuning {row} on {column}", *self._finetune_command(row, column, folder), f"{_slug(row)}-{column}")
+        else:
+            print(f"[table5] fine-tuning {row} on {column}: done before, skipped", flush=True)
+        return _cell(json.loads(results.read_text()), column)
+
+    def _finetune_command(self, row: str, column: str, folder: Path) -> tuple[Path, list[str]]:
+        s = self.scale
+        init = self.output / "pretrain" / OBJECTIVES[row] / "ckpt"
+        common = ["--init", str(init), "--output", str(folder), "--restarts", str(self.args.restarts),
+                  "--seed", str(self.args.seed), "--no-save-model"]
+        common += ["--grid"] if s.grid else ["--epochs", str(s.finetune_epochs), "--batch-size", str(s.finetune_batch_size),
+                                             "--lr", str(s.finetune_lr)]
+        common += ["--bilstm"] if row == "+ BiLSTM" else []
+        if column == "squad":
+            return PACKAGE / "finetune" / "squad.py", ["--version", "1.1", "--data-dir", self.args.squad_dir,
+                                                       "--max-seq-length", str(s.squad_max_seq_length),
+                                                       "--doc-stride", str(s.doc_stride), *common]
+        return PACKAGE / "finetune" / "glue.py", ["--task", column, "--data-dir", self.args.glue_dir,
+                                                  "--max-seq-length", str(s.max_seq_length), *common]
+
+    def _step(self, what: str, script: Path, args: list[str], log_name: str) -> None:
+        log = self.output / "logs" / f"{log_name}.log"
+        print(f"[table5] {what} ... (log: {log})", flush=True)
+        began = time.monotonic()
+        env = None
+        if self.args.jobs > 1:  # share the cores between the steps that run at once
+            threads = max(1, (os.cpu_count() or 1) // self.args.jobs)
+            env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        with open(log, "a") as out:
+            result = subprocess.run([*self.launch, str(script), *args], stdout=out, stderr=subprocess.STDOUT, env=env)
+        if result.returncode != 0:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+            raise StepFailed(f"{what} failed (exit {result.returncode}); the end of {log}:\n{tail}")
+        print(f"[table5] {what}: {time.monotonic() - began:,.0f}s", flush=True)
+
+
+class StepFailed(RuntimeError):
+    """A step's entrypoint exited non-zero (its log is named)."""
+
+
+# The number each column reports (the paper's Table 5: accuracy, SQuAD F1), as a percentage.
+METRIC = {"squad": ("f1", 1.0)}
+DEFAULT_METRIC = ("accuracy", 100.0)
+
+
+def _cell(results: dict, column: str) -> dict:
+    """A cell's summary from the task's results.json: each run's final-epoch dev score."""
+    name, factor = METRIC.get(column, DEFAULT_METRIC)
+
+    def score(metrics: dict) -> float:
+        return factor * float(next(iter(metrics.values()))[name])
+
+    scores = [score(run["history"][-1]["dev"]) for run in results["all_runs"]]
+    selected = factor * float(results["metrics"][name])
+    return dict(cell_summary(scores, selected, results["selection_budget"]), metric=name)
+
+
+def _slug(row: str) -> str:
+    return {"MLM+NSP": "mlm_nsp", "No NSP": "no_nsp", "LTR & No NSP": "ltr", "+ BiLSTM": "ltr_bilstm"}[row]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        Experiment(args).run()
+    except ConfigError as error:
+        return report(error)
+    except StepFailed as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

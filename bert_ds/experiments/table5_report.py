@@ -1,0 +1,89 @@
+"""table5.json, table5.md and table5.png of the Table 5 experiment (experiments/table5.py): every
+restart's dev score per cell, mean ± std, the selected run, and the paper's numbers beside ours."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+ROWS = ("MLM+NSP", "No NSP", "LTR & No NSP", "+ BiLSTM")
+"""The paper's row names, in its order (BERT-BASE is its "MLM+NSP" row)."""
+
+# Devlin et al. 2018, Table 5 (dev sets, BERT-BASE architecture): MNLI-m, QNLI, MRPC and SST-2
+# accuracy, SQuAD v1.1 F1.
+PAPER = {
+    "MLM+NSP": {"mnli": 84.4, "qnli": 88.4, "mrpc": 86.7, "sst2": 92.7, "squad": 88.5},
+    "No NSP": {"mnli": 83.9, "qnli": 84.9, "mrpc": 86.5, "sst2": 92.6, "squad": 87.9},
+    "LTR & No NSP": {"mnli": 82.1, "qnli": 84.3, "mrpc": 77.5, "sst2": 92.1, "squad": 77.8},
+    "+ BiLSTM": {"mnli": 82.1, "qnli": 84.1, "mrpc": 75.7, "sst2": 91.6, "squad": 84.9},
+}
+COLUMN_NAMES = {"mnli": "MNLI-m (Acc)", "qnli": "QNLI (Acc)", "mrpc": "MRPC (Acc)", "rte": "RTE (Acc)",
+                "sst2": "SST-2 (Acc)", "squad": "SQuAD v1.1 (F1)"}
+
+
+def cell_summary(scores: list[float], selected: float, selection_budget: dict) -> dict:
+    """One cell: every restart's dev score, their mean and (population) std, the selected run's."""
+    return dict(scores=scores, mean=statistics.fmean(scores), std=statistics.pstdev(scores) if len(scores) > 1 else 0.0,
+                best=max(scores), selected=selected, selection_budget=selection_budget)
+
+
+def write_report(output: Path, record: dict) -> None:
+    """table5.json (the record), table5.md and table5.png, each written whole then moved in place."""
+    _write(output / "table5.json", json.dumps(record, indent=1))
+    _write(output / "table5.md", markdown(record))
+    plot(record, output / "table5.png")
+
+
+def _write(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
+
+
+def markdown(record: dict) -> str:
+    """The table shaped like the paper's Table 5: one row per objective, ours (mean ± std over the
+    restarts) with the paper's number beside it."""
+    columns = record["columns"]
+    header = "| Tasks | " + " | ".join(f"{COLUMN_NAMES.get(c, c)} ours | paper" for c in columns) + " |"
+    lines = [f"Table 5 in miniature, scale `{record['scale']}`: dev scores, mean ± std over "
+             f"{record['restarts']} restart(s) per cell; pre-training {record['budget']['pretraining_tokens']:,} tokens "
+             "per model.", "", header, "|---|" + "---|---|" * len(columns)]
+    for row in ROWS:
+        cells = record["cells"].get(row, {})
+        values = []
+        for column in columns:
+            cell = cells.get(column)
+            ours = f"{cell['mean']:.1f} ± {cell['std']:.1f}" if cell else "–"
+            paper = PAPER[row].get(column)
+            values += [ours, f"{paper:.1f}" if paper is not None else "–"]
+        lines.append(f"| {row} | " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(record: dict, path: Path) -> None:
+    """Bars per task and objective (mean, error bar: std over the restarts), the paper's value as a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = record["columns"]
+    figure, axes = plt.subplots(1, len(columns), figsize=(4 * len(columns), 3.5), squeeze=False)
+    for axis, column in zip(axes[0], columns):
+        rows = [row for row in ROWS if column in record["cells"].get(row, {})]
+        means = [record["cells"][row][column]["mean"] for row in rows]
+        stds = [record["cells"][row][column]["std"] for row in rows]
+        axis.bar(range(len(rows)), means, yerr=stds, capsize=4, color="#4C72B0", label="ours")
+        paper = [PAPER[row].get(column, math.nan) for row in rows]
+        axis.plot(range(len(rows)), paper, "o", color="#DD8452", label="paper")
+        axis.set_xticks(range(len(rows)), rows, rotation=20, fontsize=8)
+        axis.set_title(COLUMN_NAMES.get(column, column), fontsize=10)
+    axes[0][0].legend(fontsize=8)
+    figure.suptitle(f"Table 5 in miniature ({record['scale']})", fontsize=11)
+    figure.tight_layout()
+    temporary = path.with_name(path.stem + ".tmp.png")
+    figure.savefig(temporary, dpi=110)
+    plt.close(figure)
+    temporary.replace(path)

@@ -1,0 +1,63 @@
+"""`python -m bert_ds.experiments.table5 --scale smoke` on fixtures: three pre-trainings from one
+seed, twelve cells (four rows x a pair task, SST-2, SQuAD) with two restarts each, the JSON,
+Markdown and plot, and a rerun that skips what is finished and redoes only a missing cell."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+from tests.glue_fixtures import write_all_tasks, write_sst2
+from tests.helpers import REPO
+from tests.task_fixtures import write_squad
+
+
+def _experiment(args, cache):
+    env = dict(os.environ, BERT_DS_CACHE=cache, OMP_NUM_THREADS="2")
+    return subprocess.run([sys.executable, "-m", "bert_ds.experiments.table5", *args], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=1200)
+
+
+def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
+    glue, squad, out = tmp_path / "glue", tmp_path / "squad", tmp_path / "table5"
+    write_all_tasks(glue, n=16)
+    write_sst2(glue, random.Random(0))  # a cue a 2-layer model learns (tests/glue_fixtures.py)
+    write_squad(squad, random.Random(2))
+    args = ["--output", str(out), "--glue-dir", str(glue), "--squad-dir", str(squad), "--scale", "smoke", "--restarts", "2", "--jobs", "2"]
+    first = _experiment(args, shared_cache)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+
+    record = json.loads((out / "table5.json").read_text())
+    assert record["columns"] == ["mrpc", "sst2", "squad"] and record["restarts"] == 2
+    assert record["budget"]["pretraining_tokens"] == 20 * 16 * 64
+    assert list(record["cells"]) == ["MLM+NSP", "No NSP", "LTR & No NSP", "+ BiLSTM"]
+    for row, cells in record["cells"].items():
+        for column, cell in cells.items():
+            assert len(cell["scores"]) == 2 and cell["best"] == max(cell["scores"]), (row, column)
+            assert min(cell["scores"]) <= cell["mean"] <= max(cell["scores"]) and cell["std"] >= 0
+            assert 0 <= cell["mean"] <= 100 and cell["metric"] == ("f1" if column == "squad" else "accuracy")
+    # One initialisation seed and the same stream: the three models' pre-training runs differ only by objective.
+    for objective in ("mlm_nsp", "mlm", "ltr"):
+        assert (out / "pretrain" / objective / "done.json").is_file()
+    # Every row learns SST-2's cue: the LTR rows too (a [CLS] pooler under the causal mask would
+    # sit at chance; the causal model pools its last real token, the BiLSTM reads every token).
+    assert all(record["cells"][row]["sst2"]["mean"] >= 90 for row in record["cells"]), record["cells"]
+    heads = {row: json.loads((out / "finetune" / slug / "sst2" / "results.json").read_text())["head"]
+             for row, slug in (("LTR & No NSP", "ltr"), ("+ BiLSTM", "ltr_bilstm"), ("MLM+NSP", "mlm_nsp"))}
+    assert heads == {"LTR & No NSP": {"bilstm": False, "pooling": "last real token (causal model)"},
+                     "+ BiLSTM": {"bilstm": True, "pooling": None}, "MLM+NSP": {"bilstm": False, "pooling": "[CLS]"}}
+    table = (out / "table5.md").read_text()
+    assert "| + BiLSTM |" in table and "| 88.5 |" in table  # the paper's MLM+NSP SQuAD F1 beside ours
+    assert (out / "table5.png").stat().st_size > 5_000
+
+    # A finished experiment reruns in seconds; a missing cell (a killed run) is the only work redone.
+    (out / "finetune" / "no_nsp" / "sst2" / "results.json").unlink()
+    second = _experiment(args, shared_cache)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert second.stdout.count("done before, skipped") == 3 + 11
+    assert "fine-tuning No NSP on sst2 ..." in second.stdout
+
+    missing = _experiment(["--output", str(tmp_path / "x"), "--glue-dir", str(tmp_path / "nowhere"), "--squad-dir", str(squad)],
+                          shared_cache)
+    assert missing.returncode == 2 and "--glue-dir" in missing.stderr and "Traceback" not in missing.stderr
