@@ -35,6 +35,7 @@ from bert_ds.model.bert import (
     BertPooler,
     _normal_linear,
     attention_mask_to_masked_out,
+    pooled_positions,
 )
 from bert_ds.model.layers import layer_norm_impl
 from bert_ds.model.sharding import shard_full_state_dict
@@ -131,15 +132,18 @@ class BertPretrainingHeadsPipe(torch.nn.Module):
     def __init__(self, config: ModelConfig, tconfig, with_nsp: bool, tp_group):
         super().__init__()
         self.lm_head = BertLMHead(config, tconfig, tp_group)
+        self.causal = config.causal  # pooled from the last real token, as BertModel (bert.pooled_positions)
         self.pooler = BertPooler(config) if with_nsp else None
         self.nsp_head = _normal_linear(config.hidden_size, 2, config.init_method_std) if with_nsp else None
 
     def forward(self, inputs: tuple) -> tuple:
-        hidden, _, loss_mask, word_embeddings = inputs  # [s, b, h], [b, s], [b, s], [vocab / tp, h]
+        hidden, attention_mask, loss_mask, word_embeddings = inputs  # [s, b, h], [b, s], [b, s], [vocab / tp, h]
         loss_mask = loss_mask.bool()
         selected = hidden.transpose(0, 1)[loss_mask]  # [n_selected, h], batch-major as labels[loss_mask]
         mlm_logits = self.lm_head(selected, word_embeddings)
-        nsp_logits = self.nsp_head(self.pooler(hidden)) if self.nsp_head is not None else None
+        nsp_logits = None
+        if self.nsp_head is not None:
+            nsp_logits = self.nsp_head(self.pooler(hidden, pooled_positions(attention_mask, self.causal)))
         return mlm_logits, nsp_logits, loss_mask
 
 
