@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script (the deepspeed launcher's way): the repository root, not this folder
-    sys.path = [str(Path(__file__).resolve().parents[1])] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from bert_ds.errors import USER_ERRORS, report  # noqa: E402
-from bert_ds.training.args import RunConfig, parse_args  # noqa: E402
-from bert_ds.training.health import TrainingDiverged  # noqa: E402
+from bert_ds.errors import USER_ERRORS, report
+from bert_ds.training.args import RunConfig, parse_args
+from bert_ds.training.health import TrainingDiverged
 
 EXIT_DIVERGED = 3  # non-finite steps: stopped without saving, the last checkpoint is the good state
 

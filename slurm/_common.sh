@@ -5,6 +5,9 @@
 #                 start), without srun; works inside a job and on a login node, where the world
 #                 is NODES x TASKS_PER_NODE (default: the script's own #SBATCH lines)
 #   PLAN_DEVICE   the device kind the plan is for: auto (this host's; default), gpu or cpu
+# The entrypoints import the package `bert_ds`: `make install` installs the checkout into .venv
+# (editable); for another interpreter (PYTHON=...), the checkout goes on PYTHONPATH here.
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 
 # sbatch_default SCRIPT OPTION: the value of `#SBATCH --OPTION=VALUE` in SCRIPT.
 sbatch_default() {

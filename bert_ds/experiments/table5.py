@@ -68,8 +68,12 @@ SCALES = {
     "paper": Scale("base", 1_000_000, 256, 128, 1e-4, 10_000, 10_000, 3, 32, 2e-5, 128, 384, 128, grid=True),
 }
 
-OBJECTIVES = {"MLM+NSP": "mlm_nsp", "No NSP": "mlm", "LTR & No NSP": "ltr", "+ BiLSTM": "ltr"}
-"""Row -> the pre-trained model it fine-tunes ("+ BiLSTM" reuses the LTR model)."""
+ROW_RUNS = {  # row -> (the objective of the model it fine-tunes, its folder under OUTPUT/finetune)
+    "MLM+NSP": ("mlm_nsp", "mlm_nsp"),
+    "No NSP": ("mlm", "no_nsp"),
+    "LTR & No NSP": ("ltr", "ltr"),
+    "+ BiLSTM": ("ltr", "ltr_bilstm"),  # the LTR model again, a BiLSTM under its heads
+}
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -109,7 +113,7 @@ class Experiment:
             if not Path(path).is_dir():
                 raise ConfigError(f"{name} {path}: no such folder.")
         (self.output / "logs").mkdir(parents=True, exist_ok=True)
-        self._each(self.pretrain, list(dict.fromkeys(OBJECTIVES.values())))
+        self._each(self.pretrain, list(dict.fromkeys(objective for objective, _ in ROW_RUNS.values())))
         pairs = [(row, column) for row in ROWS for column in self.columns]
         summaries = dict(zip(pairs, self._each(lambda pair: self.finetune(*pair), pairs)))
         cells = {row: {column: summaries[row, column] for column in self.columns} for row in ROWS}
@@ -149,17 +153,18 @@ class Experiment:
         (folder / "done.json").write_text(json.dumps(dict(objective=objective, steps=s.pretrain_steps)))
 
     def finetune(self, row: str, column: str) -> dict:
-        folder = self.output / "finetune" / _slug(row) / column
+        slug = ROW_RUNS[row][1]
+        folder = self.output / "finetune" / slug / column
         results = folder / "results.json"
         if not results.is_file():
-            self._step(f"fine-tuning {row} on {column}", *self._finetune_command(row, column, folder), f"{_slug(row)}-{column}")
+            self._step(f"fine-tuning {row} on {column}", *self._finetune_command(row, column, folder), f"{slug}-{column}")
         else:
             print(f"[table5] fine-tuning {row} on {column}: done before, skipped", flush=True)
         return _cell(json.loads(results.read_text()), column)
 
     def _finetune_command(self, row: str, column: str, folder: Path) -> tuple[Path, list[str]]:
         s = self.scale
-        init = self.output / "pretrain" / OBJECTIVES[row] / "ckpt"
+        init = self.output / "pretrain" / ROW_RUNS[row][0] / "ckpt"
         common = ["--init", str(init), "--output", str(folder), "--restarts", str(self.args.restarts),
                   "--seed", str(self.args.seed), "--no-save-model"]
         common += ["--grid"] if s.grid else ["--epochs", str(s.finetune_epochs), "--batch-size", str(s.finetune_batch_size),
@@ -207,10 +212,6 @@ def _cell(results: dict, column: str) -> dict:
     scores = [score(run["history"][-1]["dev"]) for run in results["all_runs"]]
     selected = factor * float(results["metrics"][name])
     return dict(cell_summary(scores, selected, results["selection_budget"]), metric=name)
-
-
-def _slug(row: str) -> str:
-    return {"MLM+NSP": "mlm_nsp", "No NSP": "no_nsp", "LTR & No NSP": "ltr", "+ BiLSTM": "ltr_bilstm"}[row]
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bert_ds.config import PRESETS, ConfigError, valid_seed, validate_layout
-from bert_ds.options import add_options, from_namespace, option
+from bert_ds.options import add_options, from_namespace, option, sections
 from bert_ds.training.sections import (
-    OptimizerOptions, ParallelOptions, PlanOptions, at_least, flag, micro_batch_size, positive_finite,
+    OptimizerOptions, ParallelOptions, PlanOptions, at_least, dropout_problems, flag, micro_batch_size, positive_finite,
 )
 
 PAPER_GRID = dict(batch_sizes=(16, 32), lrs=(5e-5, 3e-5, 2e-5), epochs=(2, 3, 4))
@@ -110,8 +110,7 @@ class RecipeOptions(OptimizerOptions):
             problems.append(f"--lr must be positive and finite, got {self.lr}")
         if not 0 <= self.warmup_proportion < 1:
             problems.append(f"--warmup-proportion must be in [0, 1), got {self.warmup_proportion}")
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            problems.append(f"--dropout must be in [0, 1), got {self.dropout}")
+        problems += dropout_problems(self)
         if not valid_seed(self.seed):
             problems.append(f"--seed {self.seed} must be in [0, 2**32)")
         return problems
@@ -189,7 +188,7 @@ class FinetuneConfig:
         option; with `world_size` and the starting point's `model_config` (the launch plan, which
         the dry run and the real job share) also whether the model splits over TP and every
         setting's batch over DP."""
-        problems = [p for name in ("start", "head", "parallel", "recipe", "grid", "outputs", "plan") for p in getattr(self, name).problems()]
+        problems = [p for name in sections(FinetuneConfig) for p in getattr(self, name).problems()]
         if problems:
             raise ConfigError("Invalid options: " + "; ".join(problems) + ".")
         if world_size is not None and model_config is not None:

@@ -11,12 +11,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script (the deepspeed launcher's way): the repository root, not this folder
-    sys.path = [str(Path(__file__).resolve().parents[2])] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from bert_ds.finetune.tasks import GLUE_TASKS, FinetuneDataError, eval_name, get_task  # noqa: E402
+from bert_ds.finetune.tasks import GLUE_TASKS, FinetuneDataError, eval_name, get_task
 
 DEFAULT_SEQ_LENGTH = 128
 SMALL_TASKS = ("cola", "stsb", "mrpc", "rte")

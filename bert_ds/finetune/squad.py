@@ -27,10 +27,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-if __package__ in (None, ""):  # run as a script (the deepspeed launcher's way): the repository root, not this folder
-    sys.path = [str(Path(__file__).resolve().parents[2])] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from bert_ds.finetune.tasks import FinetuneDataError  # noqa: E402
+from bert_ds.finetune.tasks import FinetuneDataError
 
 DEFAULT_SEQ_LENGTH = 384
 HUB_IDS = {"1.1": "rajpurkar/squad", "2.0": "rajpurkar/squad_v2"}

@@ -16,13 +16,11 @@ import csv
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script (the deepspeed launcher's way): the repository root, not this folder
-    sys.path = [str(Path(__file__).resolve().parents[2])] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from bert_ds.finetune.swag_data import NUM_CHOICES, SWAG_FILES, SWAG_HUB_ID  # noqa: E402
-from bert_ds.finetune.tasks import FinetuneDataError, parse_hub_spec  # noqa: E402
+from bert_ds.finetune.swag_data import NUM_CHOICES, SWAG_FILES, SWAG_HUB_ID
+from bert_ds.finetune.tasks import FinetuneDataError, parse_hub_spec
 
 DEFAULT_SEQ_LENGTH = 128  # the paper's SWAG setting
 NAME = "swag"

@@ -18,9 +18,9 @@ from typing import Optional
 from bert_ds.config import (
     OBJECTIVES, PRESETS, SENTENCE_SPLITTERS, ConfigError, DataConfig, ModelConfig, model_preset, padded_vocab_size, validate_layout,
 )
-from bert_ds.options import HelpFormatter, add_options, flat, from_namespace, option, refuse_empty_values
+from bert_ds.options import HelpFormatter, add_options, flat, from_namespace, option, refuse_empty_values, sections
 from bert_ds.training.sections import (
-    OptimizerOptions, ParallelOptions, PlanOptions, at_least, micro_batch_size, positive_finite,
+    OptimizerOptions, ParallelOptions, PlanOptions, at_least, dropout_problems, micro_batch_size, positive_finite,
 )
 
 # Presets as data: the training values each preset overrides (the model's are config.PRESETS).
@@ -55,9 +55,7 @@ class ModelOptions:
     """Recompute each layer's activations in backward: less memory, about 1/3 more compute."""
 
     def problems(self) -> list[str]:
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            return [f"--dropout must be in [0, 1), got {self.dropout}"]
-        return []
+        return dropout_problems(self)
 
 
 @dataclass
@@ -326,8 +324,8 @@ class RunConfig:
         which a dry run and a real run share): also whether the model splits over world = TP x PP
         x DP (config.validate_layout, with `vocab_size`: the tokenizer's, padded; default BERT's)
         and whether the global batch splits over DP (training/batch_plan.py)."""
-        problems = [p for name in ("model", "parallel", "optim", "eval", "checkpoint", "log", "plan")
-                    for p in getattr(self, name).problems()]
+        # The data section's rules need the micro batch and the preset: data_config() checks them.
+        problems = [p for name in sections(RunConfig) if name != "data" for p in getattr(self, name).problems()]
         problems += self.data.data_config(self.optim.micro_batch_size).problems(PRESETS[self.model.preset].max_position_embeddings)
         if self.eval.keep_best and (self.eval.eval_interval is None or not self.checkpoint.save):
             problems.append("--keep-best needs --eval-interval and --save")

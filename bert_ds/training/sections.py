@@ -48,6 +48,13 @@ def finite_non_negative(section, *names: str) -> list[str]:
             for name in names if not (math.isfinite(getattr(section, name)) and getattr(section, name) >= 0)]
 
 
+def dropout_problems(section) -> list[str]:
+    """--dropout, where given, is a probability below 1."""
+    if section.dropout is not None and not 0.0 <= section.dropout < 1.0:
+        return [f"--dropout must be in [0, 1), got {section.dropout}"]
+    return []
+
+
 def positive_finite(value: float) -> bool:
     return math.isfinite(value) and value > 0
 

@@ -1,0 +1,40 @@
+"""The entrypoints run by path (`deepspeed bert_ds/pretrain.py`, `python bert_ds/finetune/glue.py`)
+import the installed package, with no sys.path edits of their own: from any folder, and with
+nothing beside them that could take the place of a module a library imports."""
+
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import REPO
+
+ENTRYPOINTS = ("bert_ds/pretrain.py", "bert_ds/finetune/glue.py", "bert_ds/finetune/squad.py",
+               "bert_ds/finetune/swag.py")
+
+
+def test_no_module_beside_an_entrypoint_shadows_an_importable_one():
+    """Run by path, a script's folder is first on sys.path: a file there named like a standard or
+    installed module (`types.py`, `datasets/`) would replace it for every library in the process."""
+    repo = Path(REPO).resolve()
+
+    def outside_repo(module) -> bool:
+        where = Path(getattr(module.module_finder, "path", "/")).resolve()
+        return where != repo and repo not in where.parents
+
+    importable = set(sys.stdlib_module_names) | {m.name for m in pkgutil.iter_modules() if outside_repo(m)}
+    for folder in sorted({(repo / script).parent for script in ENTRYPOINTS}):
+        beside = {p.stem for p in folder.glob("*.py")} | {d.name for d in folder.iterdir() if (d / "__init__.py").is_file()}
+        assert not beside & importable, (folder, sorted(beside & importable))
+
+
+def test_every_entrypoint_runs_by_path_from_another_folder(tmp_path):
+    """As a user runs them: the installed package (`make install`: editable), no PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    for script in ENTRYPOINTS:
+        result = subprocess.run([sys.executable, str(Path(REPO) / script), "--help"], capture_output=True, text=True,
+                                cwd=tmp_path, env=env, timeout=120)
+        assert result.returncode == 0 and result.stdout.startswith(f"usage: {script}"), (script, result.stderr[-2000:])
+        assert "sys.path" not in (Path(REPO) / script).read_text()
+
