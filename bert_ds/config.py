@@ -168,6 +168,10 @@ def transformer_config(
     generator and then sliced, so the same seed gives the same full weights at any TP size.
     """
     import torch
+
+    from bert_ds.megatron_setup import import_megatron
+
+    import_megatron()
     from megatron.core.transformer import TransformerConfig
     from megatron.core.utils import init_method_normal
 

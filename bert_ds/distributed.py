@@ -224,6 +224,9 @@ def init_parallel(
     Sizes are checked with `validate_layout` before megatron sees them, so a bad layout ends
     with one clear sentence instead of a megatron assertion.
     """
+    from bert_ds.megatron_setup import import_megatron
+
+    import_megatron()
     from megatron.core import parallel_state
     from megatron.core.process_groups_config import ProcessGroupCollection
 
@@ -241,6 +244,9 @@ def init_parallel(
     tracker = _seed_streams(seed, pp_rank, tp_rank)
     import deepspeed
 
+    from bert_ds.prebuild_ops import clear_stale_op_locks
+
+    clear_stale_op_locks()  # a killed job's lock would hang the op load below
     deepspeed.init_distributed(dist_backend=backend())  # DeepSpeed's comm layer adopts the process group
     return ParallelLayout(
         world_size=world,

@@ -1,13 +1,26 @@
-"""Build DeepSpeed's JIT ops once, before any job starts ranks.
+"""Build DeepSpeed's JIT ops once, before any job starts ranks; clear the lock a killed job left.
 
 On CPU DeepSpeed compiles its ops on first use (30-100 s each); two ranks compiling one at once
 can abort a run, so `make install` builds them here, serially, into the torch-extensions cache.
 On GPUs nothing is built ahead (DeepSpeed's CUDA ops build per kernel).
+
+Even a built op goes through torch's JIT loader at every start: it takes a `lock` file in the
+op's build folder for about a second while ninja checks the build. A job killed in that second
+leaves the lock, and every later job waits on it forever (torch's FileBaton has no owner and no
+timeout). `clear_stale_locks` removes a lock older than any build takes, with a warning.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from pathlib import Path
+
+OPS = ("ShareMemCommBuilder", "CPUAdamBuilder")
+"""shm_comm: collectives on CPU; cpu_adam: the optimizer of ZeRO-Offload (ds_configs/zero2_offload)."""
+STALE_LOCK_S = 600.0
+"""A build lock older than this is a killed job's: building an op from scratch takes 30-110 s."""
 
 
 def prebuild() -> None:
@@ -17,8 +30,7 @@ def prebuild() -> None:
     if accelerator.device_name() != "cpu":
         print(f"prebuild_ops: accelerator {accelerator.device_name()!r}: nothing to build ahead")
         return
-    # shm_comm: collectives on CPU; cpu_adam: the optimizer of ZeRO-Offload (ds_configs/zero2_offload).
-    for name in ("ShareMemCommBuilder", "CPUAdamBuilder"):
+    for name in OPS:
         builder = accelerator.create_op_builder(name)
         if builder is None or not builder.is_compatible():
             print(f"prebuild_ops: DeepSpeed's {name} op is not buildable here; features needing it are unavailable")
@@ -26,6 +38,44 @@ def prebuild() -> None:
         start = time.perf_counter()
         builder.load(verbose=False)
         print(f"prebuild_ops: DeepSpeed {builder.name} op ready ({time.perf_counter() - start:.0f} s)")
+
+
+
+def op_build_folders() -> list[Path]:
+    """The torch-extensions build folders of OPS on this machine (TORCH_EXTENSIONS_DIR honoured)."""
+    from deepspeed.accelerator import get_accelerator
+    from torch.utils.cpp_extension import _get_build_directory
+
+    folders = []
+    for name in OPS:
+        builder = get_accelerator().create_op_builder(name)
+        if builder is not None:
+            folders.append(Path(_get_build_directory(builder.name, verbose=False)))
+    return folders
+
+
+def clear_stale_locks(folders: list[Path], max_age_s: float = STALE_LOCK_S) -> list[Path]:
+    """Remove each folder's `lock` older than `max_age_s` (a warning on stderr names it); the removed."""
+    removed = []
+    for folder in folders:
+        lock = folder / "lock"
+        try:
+            age = time.time() - lock.stat().st_mtime
+        except FileNotFoundError:
+            continue
+        if age > max_age_s:
+            lock.unlink(missing_ok=True)
+            removed.append(lock)
+            print(f"warning: removed {lock}, a build lock {age / 60:.0f} minutes old: a job killed while loading "
+                  "DeepSpeed's op left it, and every later job would wait on it forever", file=sys.stderr, flush=True)
+    return removed
+
+
+def clear_stale_op_locks() -> None:
+    """`clear_stale_locks` for this machine's op folders, by one process per node (LOCAL_RANK 0):
+    the others, waiting on a stale lock, go on once it is gone."""
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        clear_stale_locks(op_build_folders())
 
 
 if __name__ == "__main__":

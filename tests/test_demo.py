@@ -4,9 +4,10 @@ import sys
 
 import pytest
 
+from tests.helpers import needs_fast_bf16
 
 # auto is fp32 in the suite (tests/conftest.py); bf16 is what auto picks on CPUs with AMX or AVX512-BF16.
-@pytest.mark.parametrize("precision", ["auto", "bf16"])
+@pytest.mark.parametrize("precision", ["auto", pytest.param("bf16", marks=needs_fast_bf16)])
 def test_demo_pretrains_and_reports_held_out_predictions(tmp_path, shared_cache, precision):
     run = subprocess.run(
         [sys.executable, "-m", "bert_ds.demo", "--preset", "tiny", "--steps", "12", "--log-interval", "4",

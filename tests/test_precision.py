@@ -21,7 +21,7 @@ from bert_ds.precision import choose_precision
 from bert_ds.training.batch_plan import BatchPlan
 from bert_ds.training.ds_config import build_deepspeed_config
 from tests.glue_fixtures import write_sst2
-from tests.helpers import REPO, TWO_RANK_LAYOUTS, read_metrics, run_entrypoint, run_pretrain
+from tests.helpers import REPO, TWO_RANK_LAYOUTS, needs_fast_bf16, read_metrics, run_entrypoint, run_pretrain
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +144,7 @@ def _falls(losses, points):
     return statistics.mean(losses[-3:]) < statistics.mean(losses[:3]) - points
 
 
+@needs_fast_bf16
 @pytest.mark.parametrize("extra", TRAINED_HERE.values(), ids=TRAINED_HERE.keys())
 def test_bf16_trains_under_every_layout(tmp_path, cache, extra):
     metrics, result = _train(tmp_path, cache, ["--precision", "bf16", "--warmup-steps", "2", *extra], nproc=2, steps=12)
@@ -156,8 +157,9 @@ def test_bf16_trains_under_every_layout(tmp_path, cache, extra):
 
 # The three ways DeepSpeed holds bf16 masters: its FP16_UnfusedOptimizer without ZeRO, ZeRO's
 # partitions (DP=2, ZeRO-2), and ZeRO-1 under the pipeline engine.
-@pytest.mark.parametrize("extra, nproc", [(["--zero-stage", "0"], 1), (["--zero-stage", "2"], 2),
-                                          (["--pipeline-parallel", "2"], 2)],
+@pytest.mark.parametrize("extra, nproc", [pytest.param(["--zero-stage", "0"], 1, marks=needs_fast_bf16),
+                                          (["--zero-stage", "2"], 2),
+                                          pytest.param(["--pipeline-parallel", "2"], 2, marks=needs_fast_bf16)],
                          ids=["zero0", "dp2-zero2", "pp2"])
 def test_bf16_resume_is_bitwise(tmp_path, cache, extra, nproc):
     extra = ["--precision", "bf16", "--warmup-steps", "2", *extra]
@@ -197,6 +199,7 @@ def test_bf16_moves_layout_and_exports_its_fp32_master_weights(tmp_path, cache):
     assert (big != big.to(torch.bfloat16).float()).float().mean() > 0.5  # fp32 values, not bf16 ones
 
 
+@needs_fast_bf16
 @pytest.mark.parametrize("preset, steps, lr, extra", [
     ("tiny", 160, "1e-3", []),
     ("mini", 100, "5e-4", ["--seq-length", "64", "--global-batch-size", "16"]),
@@ -225,7 +228,7 @@ def test_bf16_and_fp32_loss_curves_agree(tmp_path, cache, preset, steps, lr, ext
         assert abs(a - b) / a < 0.01, (start, a, b)
 
 
-@pytest.mark.parametrize("zero_stage", ["0", "1"])
+@pytest.mark.parametrize("zero_stage", [pytest.param("0", marks=needs_fast_bf16), "1"])
 def test_bf16_fine_tuning_learns_and_keeps_fp32_weights(tmp_path, pretrained_tiny, zero_stage):
     """GLUE in bf16 from a (fp32) pre-training checkpoint: it learns the fixture's sentiment cue,
     results.json says what it trained in, and the kept model holds fp32 masters."""

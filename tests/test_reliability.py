@@ -120,3 +120,30 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(tmp_path, cache):
                    faults="nan:step:3,nan:step:4,nan:step:5")
     assert stopped.returncode == 3 and "3 consecutive steps (3-5)" in stopped.stderr
     assert (save / "latest").read_text() == "step00000004"  # nothing written after the run went bad
+
+
+def test_a_build_lock_left_by_a_killed_job_does_not_hang_the_next(tmp_path, cache):
+    """torch's JIT loader takes a lock while it checks DeepSpeed's prebuilt op at every start; a
+    job killed in that second leaves it, and without bert_ds's check every later job waits forever."""
+    from bert_ds.prebuild_ops import STALE_LOCK_S, clear_stale_locks, op_build_folders
+
+    fresh, old, absent = (tmp_path / name for name in ("fresh", "old", "absent"))
+    for folder in (fresh, old):
+        folder.mkdir()
+        (folder / "lock").touch()
+    hour_ago = time.time() - 3600
+    os.utime(old / "lock", (hour_ago, hour_ago))
+    assert clear_stale_locks([fresh, old, absent]) == [old / "lock"]  # a lock in use stays
+    assert (fresh / "lock").exists() and not (old / "lock").exists()
+
+    lock = op_build_folders()[0] / "lock"  # the shm_comm op every CPU job loads
+    assert not lock.exists()
+    lock.touch()
+    stale = time.time() - 2 * STALE_LOCK_S
+    os.utime(lock, (stale, stale))
+    try:
+        result = _job(TINY + ["--train-steps", "2"], cache, timeout=120)
+    finally:
+        lock.unlink(missing_ok=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"warning: removed {lock}, a build lock" in result.stderr

@@ -3,11 +3,15 @@ made for a layout: pre-training (plain or cut into pipeline stages) and the fine
 
 from __future__ import annotations
 
-from bert_ds.config import ModelConfig, transformer_config
-from bert_ds.model.attention import sdpa_core_attention
-from bert_ds.model.bert import BertForPretraining, BertModel, PretrainingOutput
-from bert_ds.model.init import initialize_weights
-from bert_ds.model.layers import layer_spec
+from bert_ds.megatron_setup import import_megatron
+
+import_megatron()  # before any model module imports megatron (bert_ds/megatron_setup.py says why)
+
+from bert_ds.config import ModelConfig, transformer_config  # noqa: E402
+from bert_ds.model.attention import sdpa_core_attention  # noqa: E402
+from bert_ds.model.bert import BertForPretraining, BertModel, PretrainingOutput  # noqa: E402
+from bert_ds.model.init import initialize_weights  # noqa: E402
+from bert_ds.model.layers import layer_spec  # noqa: E402
 
 PRETRAINING = "pretraining"
 
