@@ -32,6 +32,11 @@ OBJECTIVES = ("mlm_nsp", "mlm", "mlm_full_sentences", "ltr")
 PAIR_OBJECTIVES = ("mlm_nsp", "mlm")
 """The objectives whose inputs are NSP's sentence pairs."""
 
+# Fine-tuning heads (model/heads.py), named here so the dry run's plan (torch-free) reads them too.
+TASK_KINDS = ("classification", "multiple_choice", "span", "tagging")
+POOLED_KINDS = ("classification", "multiple_choice")
+"""Kinds scored from one state per sequence (the pooler's); span and tagging score every token."""
+
 
 def valid_seed(seed: int) -> bool:
     """Seeds are in [0, 2**32): numpy's generators refuse negative ones, and example ids pack one in 64 bits."""

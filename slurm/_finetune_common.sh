@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by slurm/finetune_{glue,squad,swag}.sh (not a batch script itself): the settings every
+# Sourced by slurm/finetune_{glue,squad,swag,ner}.sh (not a batch script itself): the settings every
 # fine-tuning job shares, read from environment variables with defaults, the launch-plan check
 # (slurm/_common.sh: DRY_RUN=1 prints the plan and exits) and the srun launch.
 #   INIT        bert_ds checkpoint (ZeRO or portable) or Hugging Face BERT folder

@@ -1,4 +1,4 @@
-"""The entrypoints run by path (`deepspeed bert_ds/pretrain.py`, `python bert_ds/finetune/glue.py`)
+"""The entrypoints run by path (`deepspeed bert_ds/pretrain.py`, `python bert_ds/finetune/ner.py`)
 import the installed package, with no sys.path edits of their own: from any folder, and with
 nothing beside them that could take the place of a module a library imports."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.helpers import REPO
 
 ENTRYPOINTS = ("bert_ds/pretrain.py", "bert_ds/finetune/glue.py", "bert_ds/finetune/squad.py",
-               "bert_ds/finetune/swag.py")
+               "bert_ds/finetune/swag.py", "bert_ds/finetune/ner.py")
 
 
 def test_no_module_beside_an_entrypoint_shadows_an_importable_one():

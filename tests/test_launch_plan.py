@@ -19,12 +19,13 @@ import pytest
 from bert_ds.config import model_preset, padded_vocab_size
 from tests.glue_fixtures import write_all_tasks
 from tests.helpers import REPO, run_entrypoint
-from tests.task_fixtures import write_squad, write_swag
+from tests.task_fixtures import write_conll, write_squad, write_swag
 
 NODES = (1, 2, 4, 8, 16, 64)
 TASKS_PER_NODE = 8
 PRETRAIN_SCRIPTS = ("slurm/pretrain_large.sh", "slurm/pretrain_large_phase2.sh")
-FINETUNE_SCRIPTS = {"slurm/finetune_glue.sh": 32, "slurm/finetune_squad.sh": 32, "slurm/finetune_swag.sh": 16}
+FINETUNE_SCRIPTS = {"slurm/finetune_glue.sh": 32, "slurm/finetune_squad.sh": 32, "slurm/finetune_swag.sh": 16,
+                    "slurm/finetune_ner.sh": 32}
 """Fine-tuning script -> its default global batch (the paper's)."""
 PAPER = dict(global_batch_size=256, lr=1e-4, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-6, weight_decay=0.01,
              warmup_steps=10_000, train_steps=1_000_000, hidden_dropout=0.1, attention_dropout=0.1, clip_grad=1.0)
@@ -64,6 +65,7 @@ def checkout(tmp_path_factory) -> Path:
     rng = random.Random(0)
     write_squad(root / "squad_data", rng)
     write_swag(root / "swagaf" / "data", rng)
+    write_conll(root / "conll2003", rng, train=8, dev=4, test=4)
     _large_checkpoint_marker(root / "runs" / "bert-large", 900_000)
     return root
 
@@ -102,7 +104,7 @@ def _assert_one_error_line(result) -> None:
 
 
 def test_every_shipped_script_plans_with_its_own_defaults_at_every_size(checkout, tmp_path):
-    """5 scripts x 6 node counts x TP 1/2/4 x PP 1/2: a plan that adds up, or one sentence."""
+    """6 scripts x 6 node counts x TP 1/2/4 x PP 1/2: a plan that adds up, or one sentence."""
     cache = str(tmp_path / "cache")
     cases = [(script, nodes, tp, pp) for script in PRETRAIN_SCRIPTS + tuple(FINETUNE_SCRIPTS)
              for nodes in NODES for tp in (1, 2, 4) for pp in (1, 2)]
@@ -192,7 +194,10 @@ def test_the_recipe_is_what_the_scripts_resolve(checkout, tmp_path):
     swag = plan("slurm/finetune_swag.sh")
     assert swag["precision"] == "bf16" and plan("slurm/finetune_swag.sh", PRECISION="fp32")["precision"] == "fp32"
     assert {(r["batch_size"], r["lr"], r["epochs"]) for r in swag["tasks"][0]["runs"]} == {(16, 2e-5, 3)}
-    for resolved in (grid, squad, swag):
+    ner = plan("slurm/finetune_ner.sh")
+    assert {(r["batch_size"], r["lr"], r["epochs"]) for r in ner["tasks"][0]["runs"]} == {(32, 2e-5, 3)}
+    assert ner["max_seq_length"] == 128 and ner["tasks"][0]["kind"] == "tagging"
+    for resolved in (grid, squad, swag, ner):
         assert resolved["model"]["num_layers"] == 24 and resolved["warmup_proportion"] == 0.1
         assert resolved["weight_decay"] == 0.01
 

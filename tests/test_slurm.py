@@ -219,7 +219,7 @@ def test_finetune_script_runs_on_slurm(slurm, pretrained_tiny, finetune_data, tm
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
 def test_batch_scripts_are_shellcheck_clean():
     scripts = sorted(str(p) for p in (__import__("pathlib").Path(REPO) / "slurm").glob("*.sh"))
-    assert {"pretrain_large.sh", "finetune_glue.sh", "finetune_squad.sh", "finetune_swag.sh",
+    assert {"pretrain_large.sh", "finetune_glue.sh", "finetune_squad.sh", "finetune_swag.sh", "finetune_ner.sh",
             "_finetune_common.sh"} <= {os.path.basename(p) for p in scripts}
     # -x follows `source` (the fine-tuning scripts' shared _finetune_common.sh) and checks it in context.
     result = subprocess.run(["shellcheck", "-x", *scripts], capture_output=True, text=True)

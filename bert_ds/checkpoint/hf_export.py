@@ -9,7 +9,8 @@
 The class follows the checkpoint: a pre-training run with NSP becomes `BertForPreTraining`, an
 MLM-only run `BertForMaskedLM`, and a fine-tuned model whose portable.json holds
 `"task": {"kind": ..., "num_labels": N, "problem_type": ..., "id2label": {...}}` becomes
-`BertForSequenceClassification`, `BertForMultipleChoice` or `BertForQuestionAnswering`.
+`BertForSequenceClassification`, `BertForMultipleChoice`, `BertForQuestionAnswering` or
+`BertForTokenClassification` (with the tag names as id2label).
 Only post-LN, bidirectional models have a Hugging Face counterpart.
 """
 
@@ -34,6 +35,7 @@ TASKS = {  # manifest task kind -> (HF class, heads, rows of the head's weight o
     "sequence_classification": ("BertForSequenceClassification", ("pooler", "classifier"), None),
     "multiple_choice": ("BertForMultipleChoice", ("pooler", "classifier"), 1),
     "question_answering": ("BertForQuestionAnswering", ("qa_outputs",), 2),  # start and end logits
+    "token_classification": ("BertForTokenClassification", ("classifier",), None),  # no pooler, as HF's
 }
 PROBLEM_TYPES = ("regression", "single_label_classification")
 
@@ -138,15 +140,15 @@ def _architecture(task, ours: dict, config: ModelConfig, manifest_file: Path) ->
         if problem_type not in PROBLEM_TYPES:
             raise CheckpointError(f"{manifest_file}: task problem_type {problem_type!r} is not one of {PROBLEM_TYPES}.")
         fields["problem_type"] = problem_type
-        id2label = task.get("id2label")
-        if id2label:
-            try:
-                fields["id2label"] = {int(i): str(label) for i, label in id2label.items()}
-            except (AttributeError, ValueError) as error:
-                raise CheckpointError(f"{manifest_file}: task id2label is not {{id: label}}: {error}") from None
-            if sorted(fields["id2label"]) != list(range(num_labels)):
-                raise CheckpointError(f"{manifest_file}: task id2label does not name labels 0..{num_labels - 1}.")
-            fields["label2id"] = {label: i for i, label in fields["id2label"].items()}
+    id2label = task.get("id2label")
+    if id2label and kind in ("sequence_classification", "token_classification"):
+        try:
+            fields["id2label"] = {int(i): str(label) for i, label in id2label.items()}
+        except (AttributeError, ValueError) as error:
+            raise CheckpointError(f"{manifest_file}: task id2label is not {{id: label}}: {error}") from None
+        if sorted(fields["id2label"]) != list(range(num_labels)):
+            raise CheckpointError(f"{manifest_file}: task id2label does not name labels 0..{num_labels - 1}.")
+        fields["label2id"] = {label: i for i, label in fields["id2label"].items()}
     weight, bias = HEADS[heads[-1]].values()  # the task head: [rows, hidden] and [rows]
     rows = rows or num_labels
     for name, shape in ((weight, (rows, config.hidden_size)), (bias, (rows,))):

@@ -56,6 +56,8 @@ class Scale:
     doc_stride: int
     grid: bool = False
     """Fine-tune with the paper's grid (batch x lr x epochs) instead of one setting."""
+    max_train_examples: Optional[int] = None
+    """Fine-tune on the first N training features of each task (fine-tuning's --max-train-examples)."""
 
 
 SCALES = {
@@ -170,6 +172,7 @@ class Experiment:
         common += ["--grid"] if s.grid else ["--epochs", str(s.finetune_epochs), "--batch-size", str(s.finetune_batch_size),
                                              "--lr", str(s.finetune_lr)]
         common += ["--bilstm"] if row == "+ BiLSTM" else []
+        common += ["--max-train-examples", str(s.max_train_examples)] if s.max_train_examples else []
         if column == "squad":
             return PACKAGE / "finetune" / "squad.py", ["--version", "1.1", "--data-dir", self.args.squad_dir,
                                                        "--max-seq-length", str(s.squad_max_seq_length),

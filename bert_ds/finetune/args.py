@@ -98,13 +98,16 @@ class RecipeOptions(OptimizerOptions):
     """Training epochs."""
     warmup_proportion: float = 0.1
     """Share of the steps for linear warm-up (then linear decay to 0)."""
+    max_train_examples: Optional[int] = None
+    """Train on the first N training features only (examples; SQuAD: windows), as Hugging Face's
+    --max_train_samples: quick experiments, and Table 5's cpu scale. Dev and test stay whole."""
     dropout: Optional[float] = None
     """Hidden, attention and classifier dropout (default: the model's 0.1)."""
     seed: int = 42
     """Seed of the first run; restarts use seed+1, seed+2, ..."""
 
     def problems(self) -> list[str]:
-        problems = super().problems() + at_least(self, 1, "epochs", "batch_size", "micro_batch_size")
+        problems = super().problems() + at_least(self, 1, "epochs", "batch_size", "micro_batch_size", "max_train_examples")
         problems += at_least(self, 8, "max_seq_length")
         if not positive_finite(self.lr):
             problems.append(f"--lr must be positive and finite, got {self.lr}")

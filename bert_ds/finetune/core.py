@@ -7,12 +7,13 @@ targets), how to score dev outputs, how to write predictions. Everything else li
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -45,6 +46,9 @@ class TaskData:
     test: dict[str, list[dict]] = field(default_factory=dict)
     export_task: dict = field(default_factory=dict)
     """The `task` entry of the saved model's manifest (see checkpoint/hf_export.py)."""
+    score_test: Optional[Callable[[str, list], Optional[dict]]] = None
+    """(test set name, outputs) -> its metrics where the test set has gold targets (CoNLL-2003),
+    else None; results.json reports the selected run's under "test_metrics"."""
 
 
 @dataclass
@@ -176,6 +180,10 @@ def run_job(job: FinetuneConfig, task: TaskData, start, layout) -> dict:
     from bert_ds.finetune.outputs import ModelKeeper, precision_record, write_results
 
     settings = job.settings()
+    limit = job.recipe.max_train_examples
+    if limit is not None and limit < len(task.train):
+        layout.say(f"{task.name}: --max-train-examples {limit}: training on the first {limit} of {len(task.train)} features")
+        task = dataclasses.replace(task, train=task.train[:limit])
     layout.say(f"{task.name}: {len(task.train)} training features, "
         + ", ".join(f"{n} {len(f)}" for n, f in {**task.dev, **task.test}.items())
         + f"; {len(settings)} run(s); starting from {start.description}")

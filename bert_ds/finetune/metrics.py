@@ -1,4 +1,4 @@
-"""The official scores of GLUE and SQuAD.
+"""The official scores of GLUE, SQuAD and CoNLL-2003 NER.
 
 GLUE: Matthews correlation (CoLA), accuracy, F1 of the positive class 1 (MRPC, QQP), Pearson
 and Spearman correlation (STS-B), computed by scikit-learn and scipy as Hugging Face's `evaluate`
@@ -11,6 +11,11 @@ so model selection by dev score always has a number.
 SQuAD: answers are compared after the official normalisation (lowercase, no punctuation, no
 articles a/an/the, single spaces); exact match and token-level F1 take the maximum over the gold
 answers; scores are percentages, under the official scripts' key names.
+
+NER (token tagging): entity-level precision, recall and F1 over chunks, computed by seqeval in
+its default mode, which reads chunks as CoNLL's official `conlleval` script does (an I- tag
+after O or after another type starts a chunk), so CoNLL-2003's IOB1 files and the hub's IOB2
+copy score the same way; plus token accuracy. Fractions in [0, 1], as seqeval returns them.
 """
 
 from __future__ import annotations
@@ -236,3 +241,24 @@ def squad_v2_metrics(
             best, threshold = best_threshold(predictions, raw, na_probs, has_answer)
             result[f"best_{name}"], result[f"best_{name}_thresh"] = best, threshold
     return result
+
+
+# --- NER --------------------------------------------------------------------------------------
+
+
+def entity_metrics(golds: Sequence[Sequence[str]], predictions: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Entity precision, recall, F1 (seqeval's conlleval-compatible default mode, micro over
+    chunk types) and token accuracy; one tag sequence per sentence on each side."""
+    import seqeval.metrics  # lazy: only NER needs it
+
+    golds, predictions = [list(g) for g in golds], [list(p) for p in predictions]
+    if len(golds) != len(predictions) or not golds or any(len(g) != len(p) for g, p in zip(golds, predictions)):
+        raise ValueError(f"Need one predicted tag per gold tag, in {len(golds)} and {len(predictions)} sentences.")
+    with warnings.catch_warnings():  # seqeval warns where a side has no entity; the score is then 0.0
+        warnings.simplefilter("ignore")
+        return dict(
+            f1=float(seqeval.metrics.f1_score(golds, predictions, zero_division=0)),
+            precision=float(seqeval.metrics.precision_score(golds, predictions, zero_division=0)),
+            recall=float(seqeval.metrics.recall_score(golds, predictions, zero_division=0)),
+            accuracy=float(seqeval.metrics.accuracy_score(golds, predictions)),
+        )

@@ -8,6 +8,7 @@ results.json:
     selection_budget   the same as numbers: settings, restarts per setting, runs
     restarts   the selected setting over its restarts: scores, mean, std
     all_runs   every run: settings, dev score, per-epoch history
+    test_metrics  the selected run on a test set with gold targets (NER), if the task scores one
 The selected model (OUTPUT/model, portable; `python -m bert_ds.checkpoint export-hf` turns it
 into the matching Hugging Face task class) is replaced whenever a run beats the best so far.
 """
@@ -21,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from bert_ds.config import POOLED_KINDS
 
 MODEL_SUBDIR = "model"
 RESULTS = "results.json"
@@ -109,13 +112,16 @@ def write_results(job, task, results: list, best, layout, precision: dict, causa
         restarts=dict(scores=scores, mean=float(np.mean(scores)), std=float(np.std(scores)), count=len(scores)),
         init=job.start.init,
         precision=precision,
-        head=dict(bilstm=job.head.bilstm, pooling=None if task.kind == "span" or job.head.bilstm
+        head=dict(bilstm=job.head.bilstm, pooling=None if task.kind not in POOLED_KINDS or job.head.bilstm
                   else "last real token (causal model)" if causal else "[CLS]"),
         all_runs=[
             dict(settings=r.settings.hyperparameters(), seed=r.settings.seed, score=r.score, history=r.history)
             for r in results
         ],
     )
+    if task.score_test is not None:
+        scored = {name: task.score_test(name, outputs) for name, outputs in best.test_outputs.items()}
+        summary["test_metrics"] = {name: metrics for name, metrics in scored.items() if metrics is not None}
     if layout.rank == 0:
         Path(job.start.output).mkdir(parents=True, exist_ok=True)
         write_json(Path(job.start.output) / RESULTS, summary)

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from bert_ds.config import ModelConfig, validate_layout
+from bert_ds.config import POOLED_KINDS, ModelConfig, validate_layout
 from bert_ds.finetune.args import FinetuneConfig, RunSettings, batch_plan
 from bert_ds.training.batch_plan import BatchPlan
 from bert_ds.training.footprint import MemoryEstimate
@@ -23,7 +23,7 @@ class TaskPlan:
 
     name: str
     kind: str
-    """classification, multiple_choice or span (model/heads.py)."""
+    """classification, multiple_choice, span or tagging (model/heads.py)."""
     head_outputs: int
     """Outputs of the task head: labels (1 for regression), 1 score per choice, or 2 (start, end)."""
     train_examples: Optional[int]
@@ -86,7 +86,7 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
     deepspeed = job.parallel.deepspeed_setup(first, device_type, job.recipe.clip_grad)
     (ds_config, notes, choice), stage = deepspeed, deepspeed.zero_stage
     precision = choice.name
-    biggest, pooler = max(task.head_outputs for task in tasks), any(task.kind != "span" for task in tasks)
+    biggest, pooler = max(task.head_outputs for task in tasks), any(task.kind in POOLED_KINDS for task in tasks)
     params = finetuning_parameters(config, job.parallel.tensor_parallel, biggest, pooler)
     sequences = max(plan.micro_batch_size for plan in batches.values()) * choices
     weights, gradients, optimizer, _ = model_state_bytes(params, precision, stage, dp, offload=False)
@@ -102,13 +102,16 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
     return FinetunePlan(
         job=job, world_size=world, world_from=world_from, device_type=device_type, data_parallel=dp,
         model_config=config, init_text=init_text, tokenizer_text=text, tasks=tasks, runs=runs,
-        steps={task.name: optimizer_steps(task, runs[task.name]) for task in tasks}, batches=batches,
+        steps={task.name: optimizer_steps(task, runs[task.name], job.recipe.max_train_examples) for task in tasks},
+        batches=batches,
         zero_stage=stage, precision=precision, precision_reason=choice.reason, notes=notes, parameters=full, memory=memory, model_bytes=4 * full,
     )
 
 
-def optimizer_steps(task: TaskPlan, runs: list[RunSettings]) -> Optional[int]:
-    """Optimizer steps of all the task's runs (None when the example count is known only at start)."""
+def optimizer_steps(task: TaskPlan, runs: list[RunSettings], limit: Optional[int] = None) -> Optional[int]:
+    """Optimizer steps of all the task's runs on at most `limit` examples (--max-train-examples);
+    None when the example count is known only at start."""
     if task.train_examples is None:
         return None
-    return sum(math.ceil(task.train_examples / s.batch_size) * s.epochs for s in runs)
+    examples = min(task.train_examples, limit or task.train_examples)
+    return sum(math.ceil(examples / s.batch_size) * s.epochs for s in runs)

@@ -20,6 +20,7 @@ from bert_ds.finetune.tasks import (
     ReadReport,
     load_hub_split,
     parse_hub_spec,
+    read_text_file,
     require_hub_columns,
 )
 
@@ -74,7 +75,7 @@ def read_swag_file(path: Union[str, Path], split: str) -> tuple[list[SwagExample
     is_test = split == "test"
     report = ReadReport(str(path))
     examples: list[SwagExample] = []
-    reader = csv.reader(io.StringIO(_decoded(path), newline=""))
+    reader = csv.reader(io.StringIO(read_text_file(path), newline=""))
     header = _next_row(reader, path)
     if header is None:
         raise FinetuneDataError(f"{path}: the file is empty; expected a header line.")
@@ -97,16 +98,6 @@ def read_swag_file(path: Union[str, Path], split: str) -> tuple[list[SwagExample
     report.rows = len(examples)
     return examples, report
 
-
-def _decoded(path: Path) -> str:
-    """The file's text (a UTF-8 byte order mark dropped); FinetuneDataError naming the line of
-    the first undecodable byte."""
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise FinetuneDataError(f"{path}: line {line} is not valid UTF-8 ({error.reason}).") from None
 
 
 def _next_row(reader, path: Path) -> Optional[list[str]]:

@@ -11,6 +11,7 @@ calls `i`, so local and hub data give the same ints and a submission writes `lab
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from bert_ds.data.sources import DataError
@@ -181,3 +182,14 @@ def require_hub_columns(rows: Any, needed: Iterable[str], source: str) -> None:
     missing = [name for name in needed if name not in columns]
     if missing:
         raise FinetuneDataError(f"{source}: missing column(s) {missing} (columns: {list(columns)}).")
+
+
+def read_text_file(path: Path) -> str:
+    """A data file's text (a UTF-8 byte order mark dropped); a FinetuneDataError naming the line
+    of the first byte that is not UTF-8."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise FinetuneDataError(f"{path}: line {line} is not valid UTF-8 ({error.reason}).") from None

@@ -4,11 +4,13 @@
   (num_labels 1: a regression score, STS-B);
 - multiple choice (SWAG): each (context, ending) pair is one sequence; its pooled state -> one
   score (`classifier` [1, H]); a softmax over the choices;
-- span extraction (SQuAD): every token's state -> `qa_outputs` [2, H] -> start and end logits.
+- span extraction (SQuAD): every token's state -> `qa_outputs` [2, H] -> start and end logits;
+- token tagging (CoNLL-2003 NER, Figure 4d): every token's state -> dropout -> `classifier`
+  [num_labels, H] (the tagger reads each word's first sub-token; finetune/ner.py).
 
 With `bilstm` (Table 5's "+ BiLSTM" row: fine-tuning's `--bilstm`) a randomly initialised
 one-layer bidirectional LSTM (H/2 per direction) reads the encoder's token states first: span
-extraction scores its per-token outputs, classification and multiple choice read its two final
+extraction and tagging score its per-token outputs, classification and multiple choice read its two final
 states (forward at the last real token, backward at [CLS]) instead of the pooler. Padding is
 packed away, so it changes nothing. Hugging Face has no such model (checkpoint/hf_export.py
 refuses it).
@@ -25,12 +27,13 @@ from typing import Literal, Optional
 import torch
 from megatron.core.transformer.module import MegatronModule
 
-from bert_ds.config import ModelConfig
+from bert_ds.config import POOLED_KINDS, TASK_KINDS, ModelConfig
 from bert_ds.model.bert import BertModel
 from bert_ds.model.dropout import Dropout
 
-TaskKind = Literal["classification", "multiple_choice", "span"]
-KINDS = ("classification", "multiple_choice", "span")
+TaskKind = Literal["classification", "multiple_choice", "span", "tagging"]  # config.TASK_KINDS
+IGNORE_INDEX = -100
+"""A tagging target that is not scored ([CLS], [SEP], a word's later sub-tokens, padding)."""
 
 
 class BertForFinetuning(MegatronModule):
@@ -41,21 +44,21 @@ class BertForFinetuning(MegatronModule):
         bilstm: bool = False,
     ):
         super().__init__(config=transformer_config)
-        if kind not in KINDS:
-            raise ValueError(f"unknown task kind {kind!r}; one of {KINDS}")
+        if kind not in TASK_KINDS:
+            raise ValueError(f"unknown task kind {kind!r}; one of {TASK_KINDS}")
         if bilstm and config.hidden_size % 2:
             raise ValueError(f"--bilstm needs an even hidden size, got {config.hidden_size}")
         self.kind, self.model_config = kind, config
-        # Hugging Face's span model has no pooler; ours follows so exported keys match. With the
-        # BiLSTM the classifier reads the LSTM's final states, so no pooler either.
-        pooler = kind != "span" and not bilstm
+        # Hugging Face's span and token models have no pooler; ours follow so exported keys match.
+        # With the BiLSTM the classifier reads the LSTM's final states, so no pooler either.
+        pooler = kind in POOLED_KINDS and not bilstm
         self.bert = BertModel(config, transformer_config, layer_spec, add_pooler=pooler, pg_collection=pg_collection)
         self.bilstm = torch.nn.LSTM(config.hidden_size, config.hidden_size // 2, bidirectional=True) if bilstm else None
         self.dropout = Dropout(config.hidden_dropout)
         if kind == "span":
             self.qa_outputs = torch.nn.Linear(config.hidden_size, 2)
         else:
-            self.classifier = torch.nn.Linear(config.hidden_size, num_labels if kind == "classification" else 1)
+            self.classifier = torch.nn.Linear(config.hidden_size, 1 if kind == "multiple_choice" else num_labels)
 
     def forward(
         self,
@@ -63,7 +66,8 @@ class BertForFinetuning(MegatronModule):
         token_type_ids: Optional[torch.Tensor] = None,
         attention_mask: Optional[torch.Tensor] = None,
     ):
-        """classification: [b, num_labels]; multiple choice: [b, choices]; span: ([b, s], [b, s])."""
+        """classification: [b, num_labels]; multiple choice: [b, choices]; span: ([b, s], [b, s]);
+        tagging: [b, s, num_labels]."""
         if self.kind == "multiple_choice":
             batch, choices, seq = input_ids.shape
             flat = [t.reshape(batch * choices, seq) if t is not None else None for t in (input_ids, token_type_ids, attention_mask)]
@@ -72,6 +76,8 @@ class BertForFinetuning(MegatronModule):
         sequence_output, pooled = self._encode(input_ids, token_type_ids, attention_mask)
         if self.kind == "classification":
             return self.classifier(self.dropout(pooled))
+        if self.kind == "tagging":
+            return self.classifier(self.dropout(sequence_output)).transpose(0, 1).contiguous()  # [b, s, num_labels]
         logits = self.qa_outputs(sequence_output).transpose(0, 1)  # [s, b, 2] -> [b, s, 2]
         if attention_mask is not None:  # padding can never be a start or an end
             logits = logits.masked_fill(~attention_mask.bool().unsqueeze(-1), torch.finfo(logits.dtype).min)
@@ -93,7 +99,11 @@ class BertForFinetuning(MegatronModule):
 
 
 def finetuning_loss(kind: TaskKind, logits, batch: dict, regression: bool = False) -> torch.Tensor:
-    """Cross-entropy over labels, choices, or (start + end) / 2 positions; MSE for regression."""
+    """Cross-entropy over labels, choices, (start + end) / 2 positions, or the tagged tokens
+    (targets IGNORE_INDEX are not scored); MSE for regression."""
+    if kind == "tagging":
+        return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(),
+                                                 ignore_index=IGNORE_INDEX)
     if kind == "span":
         start, end = logits
         ce = torch.nn.functional.cross_entropy

@@ -145,6 +145,8 @@ def format_finetune_plan(plan) -> str:
     for task in plan.tasks:
         runs, steps = plan.runs[task.name], plan.steps[task.name]
         examples = f"{task.train_examples:,} training examples" if task.train_examples is not None else "size known at start"
+        if job.recipe.max_train_examples is not None:
+            examples += f" (trains on the first {job.recipe.max_train_examples:,}: --max-train-examples)"
         task_lines.append(f"{task.name}: {examples}; {len(runs)} run(s) = {len(runs) // (task.restarts or job.grid.restarts)} "
                           f"setting(s) x {task.restarts or job.grid.restarts} restart(s)"
                           + (f", {steps:,} optimizer steps" if steps is not None else ""))
