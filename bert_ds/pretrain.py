@@ -39,11 +39,13 @@ def main(argv=None) -> int:
         run = parse_args(argv)
         if run.plan.dry_run:
             return dry_run(run)  # without torch for --dry-run gpu/cpu: seconds on a login node
-        # torch, DeepSpeed and megatron: imported for a real run only.
+        from bert_ds.training.prepare import prepare
+
+        prepared = prepare(run)  # tokenizer and plan: any user error ends the run here, before torch loads
         from bert_ds.distributed import teardown_parallel
         from bert_ds.training.job import run_pretraining
 
-        finished = run_pretraining(run)
+        finished = run_pretraining(run, prepared)
         teardown_parallel()
         return finished.exit_code
     except USER_ERRORS as error:

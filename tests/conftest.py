@@ -19,9 +19,15 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYT
 
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory):
-    """One BERT_DS_CACHE for the whole session: the sample corpus's sentencepiece tokenizer is
-    trained once (about 35 s on 2 cores) instead of once per test module."""
-    return str(tmp_path_factory.mktemp("bert_ds_cache"))
+    """One BERT_DS_CACHE for the whole session, the sample corpus's sentencepiece tokenizer
+    trained into it here, once (about 35 s on 2 cores), not by the first job that needs it."""
+    cache = str(tmp_path_factory.mktemp("bert_ds_cache"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BERT_DS_CACHE", cache)
+        from bert_ds.training.tokenizer_setup import sample_tokenizer
+
+        sample_tokenizer()
+    return cache
 
 
 @pytest.fixture(scope="session")

@@ -366,7 +366,7 @@ EXPORT_ERRORS = {
     "pre_ln": (dict(layer_norm_position="pre"), None, "pre-LN"),
     "causal": (dict(causal=True), None, "causal"),
     "bilstm": ({}, dict(kind="sequence_classification", num_labels=3, bilstm=True), "BiLSTM between the encoder and its head"),
-    "task_kind": ({}, dict(kind="token_classification"), "'token_classification'"),
+    "task_kind": ({}, dict(kind="next_sentence_prediction"), "'next_sentence_prediction'"),
     "head_shape": ({}, dict(kind="multiple_choice"), "classifier.weight has shape (3, 64)"),
 }
 

@@ -128,3 +128,20 @@ def test_the_new_options_as_a_user_runs_them(tmp_path):
     assert plan["adam_beta2"] == 0.98
     bad = run_entrypoint("bert_ds/pretrain.py", ["--dry-run", "cpu", "--short-seq-prob", "2"])
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--short-seq-prob 2.0 must be in [0, 1]" in bad.stderr
+
+
+def test_max_train_examples_reaches_the_fine_tuning_plan(tmp_path):
+    """--max-train-examples caps the training features; the plan counts the steps it leaves."""
+    import random
+
+    from tests.task_fixtures import write_sst2_plumbing
+
+    write_sst2_plumbing(tmp_path / "glue", random.Random(0))  # 16 training rows
+    common = ["--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--preset", "tiny", "--tokenizer", "bert-base-uncased",
+              "--output", str(tmp_path / "o"), "--batch-size", "4", "--epochs", "1", "--dry-run", "cpu"]
+    capped = run_entrypoint("bert_ds/finetune/glue.py", [*common, "--max-train-examples", "5"])
+    assert capped.returncode == 0, capped.stderr[-2000:]
+    assert "sst2: 16 training examples (trains on the first 5: --max-train-examples); 1 run(s)" in capped.stdout
+    assert ", 2 optimizer steps" in capped.stdout  # ceil(5 / 4), not ceil(16 / 4)
+    bad = run_entrypoint("bert_ds/finetune/glue.py", [*common, "--max-train-examples", "0"])
+    assert bad.returncode == 2 and "--max-train-examples must be at least 1, got 0" in bad.stderr

@@ -139,8 +139,7 @@ def test_misconfiguration_is_one_clear_sentence(tmp_path, cache, extra, message)
 def test_missing_data_file_is_named(tmp_path, cache):
     from bert_ds.training.tokenizer_setup import SAMPLE_VOCAB_SIZE
 
-    tokenizer = f"{cache}/sample-sentencepiece-{SAMPLE_VOCAB_SIZE}/tokenizer.model"
-    _train(tmp_path, cache, [], steps=1, name="warm")  # makes sure the cached tokenizer exists
+    tokenizer = f"{cache}/sample-sentencepiece-{SAMPLE_VOCAB_SIZE}/tokenizer.model"  # trained by the fixture
     result = run_pretrain(
         ["--preset", "tiny", "--train-steps", "2", "--tokenizer", tokenizer, "--data", "books=missing/books.txt"],
         cache_dir=cache,

@@ -43,6 +43,8 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
     # Every row learns SST-2's cue: the LTR rows too (a [CLS] pooler under the causal mask would
     # sit at chance; the causal model pools its last real token, the BiLSTM reads every token).
     assert all(record["cells"][row]["sst2"]["mean"] >= 90 for row in record["cells"]), record["cells"]
+    # The scale's --max-train-examples reaches fine-tuning: 200 of the fixture's 240 SST-2 rows.
+    assert "--max-train-examples 200: training on the first 200 of 240 features" in (out / "logs" / "ltr-sst2.log").read_text()
     heads = {row: json.loads((out / "finetune" / slug / "sst2" / "results.json").read_text())["head"]
              for row, slug in (("LTR & No NSP", "ltr"), ("+ BiLSTM", "ltr_bilstm"), ("MLM+NSP", "mlm_nsp"))}
     assert heads == {"LTR & No NSP": {"bilstm": False, "pooling": "last real token (causal model)"},
@@ -61,3 +63,19 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
     missing = _experiment(["--output", str(tmp_path / "x"), "--glue-dir", str(tmp_path / "nowhere"), "--squad-dir", str(squad)],
                           shared_cache)
     assert missing.returncode == 2 and "--glue-dir" in missing.stderr and "Traceback" not in missing.stderr
+    # Checked before any pre-training: a task folder missing, SQuAD 2.0 data where v1.1 belongs.
+    import shutil
+
+    shutil.rmtree(glue / "MRPC")
+    no_pair = _experiment([*args, "--output", str(tmp_path / "y")], shared_cache)  # the last --output counts
+    assert no_pair.returncode == 2 and no_pair.stderr.strip().splitlines()[-1].startswith("error: No mrpc train file")
+    assert not (tmp_path / "y").exists()
+    dev = json.loads((squad / "dev-v1.1.json").read_text())
+    dev["data"][0]["paragraphs"][0]["qas"][0].update(answers=[], is_impossible=True)
+    (squad / "dev-v1.1.json").write_text(json.dumps(dev))
+    version_2 = _experiment(["--output", str(tmp_path / "z"), "--glue-dir", str(glue), "--squad-dir", str(squad),
+                             "--pair-task", "rte"], shared_cache)
+    assert version_2.returncode == 2, version_2.stderr[-2000:]
+    assert version_2.stderr.strip().splitlines() == [
+        f"error: {squad / 'dev-v1.1.json'}: question dev-0 has no answer: SQuAD 2.0 data, and Table 5 reports SQuAD v1.1 "
+        "(train-v1.1.json, dev-v1.1.json)."]

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-from bert_ds.errors import ConfigError, report
+from bert_ds.errors import USER_ERRORS, ConfigError, report
 from bert_ds.experiments.table5_report import ROWS, cell_summary, write_report
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ class Scale:
 
 SCALES = {
     # Minutes, on fixtures: the test suite runs it.
-    "smoke": Scale("tiny", 20, 16, 64, 1e-3, 2, 10, 4, 16, 2e-3, 48, 64, 32),
+    "smoke": Scale("tiny", 20, 16, 64, 1e-3, 2, 10, 4, 16, 2e-3, 48, 64, 32, max_train_examples=200),
     # About two hours on a 2-core CPU (README, "Reproducing Table 5").
     "cpu": Scale("mini", 2_000, 32, 128, 5e-4, 100, 500, 3, 32, 1e-4, 128, 192, 64),
     # The paper's budget for BERT-BASE (1M steps of 256 x 128 tokens; one phase, no 512-token
@@ -111,9 +111,7 @@ class Experiment:
         self.columns = [args.pair_task, "sst2", "squad"]
 
     def run(self) -> dict:
-        for name, path in (("--glue-dir", self.args.glue_dir), ("--squad-dir", self.args.squad_dir)):
-            if not Path(path).is_dir():
-                raise ConfigError(f"{name} {path}: no such folder.")
+        self.check_data()
         (self.output / "logs").mkdir(parents=True, exist_ok=True)
         self._each(self.pretrain, list(dict.fromkeys(objective for objective, _ in ROW_RUNS.values())))
         pairs = [(row, column) for row in ROWS for column in self.columns]
@@ -128,6 +126,25 @@ class Experiment:
         write_report(self.output, record)
         print(f"[table5] done: {self.output / 'table5.md'}", flush=True)
         return record
+
+    def check_data(self) -> None:
+        """Every fine-tuning file read as its task reads it, before hours of pre-training: a missing
+        folder or file, a malformed row, or SQuAD 2.0 data is one error naming the file."""
+        from bert_ds.finetune.glue_data import load_glue
+        from bert_ds.finetune.squad_data import load_squad
+
+        for name, path in (("--glue-dir", self.args.glue_dir), ("--squad-dir", self.args.squad_dir)):
+            if not Path(path).is_dir():
+                raise ConfigError(f"{name} {path}: no such folder.")
+        for task in self.columns[:2]:
+            for split in ("train", "dev"):
+                load_glue(task, split, self.args.glue_dir)
+        for split in ("train", "dev"):
+            examples, report = load_squad(split, self.args.squad_dir, "1.1")
+            unanswerable = next((e.qid for e in examples if e.is_impossible), None)
+            if unanswerable is not None:
+                raise ConfigError(f"{report.source}: question {unanswerable} has no answer: SQuAD 2.0 data, and "
+                                  "Table 5 reports SQuAD v1.1 (train-v1.1.json, dev-v1.1.json).")
 
     def _each(self, step, items: list) -> list:
         """`step(item)` for every item, --jobs at a time; the first failure is raised once all ended."""
@@ -191,7 +208,11 @@ class Experiment:
         with open(log, "a") as out:
             result = subprocess.run([*self.launch, str(script), *args], stdout=out, stderr=subprocess.STDOUT, env=env)
         if result.returncode != 0:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+            lines = log.read_text(errors="replace").splitlines()
+            said = next((line for line in reversed(lines) if line.startswith("error: ")), None)
+            if said is not None:  # the step's own one-line user error
+                raise StepFailed(f"{what} failed: {said[len('error: '):]} (log: {log})")
+            tail = "\n".join(lines[-15:])
             raise StepFailed(f"{what} failed (exit {result.returncode}); the end of {log}:\n{tail}")
         print(f"[table5] {what}: {time.monotonic() - began:,.0f}s", flush=True)
 
@@ -221,7 +242,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     try:
         Experiment(args).run()
-    except ConfigError as error:
+    except USER_ERRORS as error:
         return report(error)
     except StepFailed as error:
         print(f"error: {error}", file=sys.stderr, flush=True)

@@ -47,9 +47,11 @@ def markdown(record: dict) -> str:
     restarts) with the paper's number beside it."""
     columns = record["columns"]
     header = "| Tasks | " + " | ".join(f"{COLUMN_NAMES.get(c, c)} ours | paper" for c in columns) + " |"
+    cap = record["settings"].get("max_train_examples")
     lines = [f"Table 5 in miniature, scale `{record['scale']}`: dev scores, mean ± std over "
              f"{record['restarts']} restart(s) per cell; pre-training {record['budget']['pretraining_tokens']:,} tokens "
-             "per model.", "", header, "|---|" + "---|---|" * len(columns)]
+             "per model" + (f"; fine-tuning on the first {cap:,} training examples of each task" if cap else "") + ".",
+             "", header, "|---|" + "---|---|" * len(columns)]
     for row in ROWS:
         cells = record["cells"].get(row, {})
         values = []

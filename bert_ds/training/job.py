@@ -1,17 +1,18 @@
 """The phases of one pre-training job, in order (bert_ds/pretrain.py runs them; the demo and the
-benchmarks call them in-process): tokenizer -> launch plan -> held-out data -> parallel layout ->
-model and DeepSpeed engine -> data -> Trainer (training/trainer.py): resume -> train -> save.
+benchmarks call them in-process): tokenizer -> launch plan (training/prepare.py, before torch) ->
+held-out data -> parallel layout -> model and DeepSpeed engine -> data -> Trainer
+(training/trainer.py): resume -> train -> save.
 
-pretrain.py imports this module only for a real run: it brings torch, DeepSpeed and megatron, and
-a `--dry-run` on a login node stays free of them.
+pretrain.py imports this module only once the plan stands: it brings torch, DeepSpeed and
+megatron, and a `--dry-run` on a login node, or a run with a wrong option, stays free of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
+from typing import Optional
 
 from bert_ds.checkpoint import zero
 from bert_ds.config import padded_vocab_size
@@ -24,9 +25,8 @@ from bert_ds.training.args import RunConfig
 from bert_ds.training.engine import build_engine
 from bert_ds.training.evaluation import build_eval_set, load_eval_examples
 from bert_ds.training.pipeline_loss import PretrainingLossFn
-from bert_ds.training.plan import pretraining_batch_plan, resolve_plan, sample_sources
-from bert_ds.training.plan_report import format_pretrain_plan, pretrain_plan_json, write_plan_json
-from bert_ds.training.tokenizer_setup import resolve_tokenizer
+from bert_ds.training.plan import pretraining_batch_plan
+from bert_ds.training.prepare import Prepared, prepare
 from bert_ds.training.trainer import EXIT_CODE_FOR_SIGNAL, Trainer
 
 
@@ -87,25 +87,11 @@ class PretrainingRun:
         return EXIT_CODE_FOR_SIGNAL.get(self.trainer.state.stopped_by, 0)
 
 
-def plan_launch(run: RunConfig, tokenizer):
-    """The launch plan with the run's own tokenizer; rank 0 prints it (and writes --plan-json) and
-    checks the tokenizer against the first documents of every source."""
-    plan = resolve_plan(run, tokenizer=tokenizer, sample_data=False)
-    if discover(os.environ).rank == 0:
-        print(format_pretrain_plan(plan), flush=True)
-        if run.plan.plan_json:
-            write_plan_json(run.plan.plan_json, pretrain_plan_json(plan))
-        for sample in sample_sources(plan.run, tokenizer, include_hub=True):
-            print(f"data check: {sample.describe()}", flush=True)
-            if sample.warning():
-                print("\n" + "!" * 100 + f"\n{sample.warning()}\n" + "!" * 100 + "\n", file=sys.stderr, flush=True)
-    return plan
-
-
-def run_pretraining(run: RunConfig) -> PretrainingRun:
-    """Every phase of a run, in order; the process group stays up for the caller."""
-    tokenizer = resolve_tokenizer(run)
-    plan = plan_launch(run, tokenizer)
+def run_pretraining(run: RunConfig, prepared: Optional[Prepared] = None) -> PretrainingRun:
+    """Every phase of a run, in order, after training/prepare.py's (run here unless `prepared`);
+    the process group stays up for the caller."""
+    prepared = prepared or prepare(run)
+    tokenizer, plan = prepared.tokenizer, prepared.plan
     run = plan.run  # every `auto` resolved
     eval_examples = read_evaluation_data(run, tokenizer)
     model_config, layout = setup_parallel(run, tokenizer)

@@ -44,14 +44,17 @@ def tokenizer_choice(run) -> Optional[str]:
 
 
 def resolve_tokenizer(run):
-    """The run's tokenizer (see `tokenizer_choice`); the sample's is trained on first use.
-
-    Several ranks may start at once: a file lock lets the first train it and the others wait.
-    """
+    """The run's tokenizer (see `tokenizer_choice`); the sample's is trained on first use."""
     choice = tokenizer_choice(run)
     if choice is not None:
         return load_tokenizer(choice, run.data.lowercase)
     refuse_lowercase_for_sample(run)
+    return sample_tokenizer()
+
+
+def sample_tokenizer():
+    """The sample's sentencepiece model from the cache, trained on first use (a file lock lets the
+    first process train it and the others wait)."""
     target = sample_tokenizer_dir()
     model = target / "tokenizer.model"
     target.parent.mkdir(parents=True, exist_ok=True)
