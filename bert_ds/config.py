@@ -174,9 +174,9 @@ def transformer_config(
     """
     import torch
 
-    from bert_ds.megatron_setup import import_megatron
+    from bert_ds.compile_free_imports import import_without_compile
 
-    import_megatron()
+    import_without_compile()
     from megatron.core.transformer import TransformerConfig
     from megatron.core.utils import init_method_normal
 

@@ -224,9 +224,9 @@ def init_parallel(
     Sizes are checked with `validate_layout` before megatron sees them, so a bad layout ends
     with one clear sentence instead of a megatron assertion.
     """
-    from bert_ds.megatron_setup import import_megatron
+    from bert_ds.compile_free_imports import import_without_compile
 
-    import_megatron()
+    import_without_compile()
     from megatron.core import parallel_state
     from megatron.core.process_groups_config import ProcessGroupCollection
 

@@ -40,12 +40,14 @@ def test_every_entrypoint_runs_by_path_from_another_folder(tmp_path):
 
 
 def test_jobs_start_without_importing_torch_inductor():
-    """megatron's fused kernels are imported without their torch.compile decorators (bert_ds never
-    calls them): no TorchInductor import, about 3 s, at the start of every process."""
+    """megatron's fused kernels and DeepSpeed's Muon optimizer (which deepspeed.initialize imports)
+    are imported without their torch.compile decorators (bert_ds never calls them): no TorchInductor
+    import, about 3 s, at the start of every process."""
     code = ("import sys, torch; compile_ = torch.compile\n"
             "import bert_ds.training.job, bert_ds.finetune.core, bert_ds.model.pipeline\n"
             "from bert_ds.config import model_preset, transformer_config; transformer_config(model_preset('tiny'))\n"
             "import megatron.core.fusions.fused_bias_gelu as gelu\n"
+            "import deepspeed.runtime.zero.muon.muon_optimizer  # deepspeed.initialize imports it\n"
             "print('torch._inductor.compile_fx' in sys.modules, torch.compile is compile_, gelu.bias_gelu_impl is not None)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.splitlines()[-1].split() == ["False", "True", "True"], result.stdout[-2000:] + result.stderr[-2000:]

@@ -22,6 +22,8 @@ from tests.helpers import REPO, run_entrypoint
 from tests.task_fixtures import write_conll, write_squad, write_swag
 
 NODES = (1, 2, 4, 8, 16, 64)
+FINETUNE_NODES = (1, 2, 4, 8, 64)
+"""Data parallel 8-512: fine-tuning batches of 16 and 32 fit, fill exactly, then need TP."""
 TASKS_PER_NODE = 8
 PRETRAIN_SCRIPTS = ("slurm/pretrain_large.sh", "slurm/pretrain_large_phase2.sh")
 FINETUNE_SCRIPTS = {"slurm/finetune_glue.sh": 32, "slurm/finetune_squad.sh": 32, "slurm/finetune_swag.sh": 16,
@@ -104,10 +106,14 @@ def _assert_one_error_line(result) -> None:
 
 
 def test_every_shipped_script_plans_with_its_own_defaults_at_every_size(checkout, tmp_path):
-    """6 scripts x 6 node counts x TP 1/2/4 x PP 1/2: a plan that adds up, or one sentence."""
+    """Pre-training scripts at 6 node counts x TP 1/2/4 x PP 1/2; fine-tuning scripts (one planner,
+    no pipeline) at the node counts where their batch rules change, PP=2 refused at one: a plan that
+    adds up, or one sentence."""
     cache = str(tmp_path / "cache")
-    cases = [(script, nodes, tp, pp) for script in PRETRAIN_SCRIPTS + tuple(FINETUNE_SCRIPTS)
+    cases = [(script, nodes, tp, pp) for script in PRETRAIN_SCRIPTS
              for nodes in NODES for tp in (1, 2, 4) for pp in (1, 2)]
+    cases += [(script, nodes, tp, 1) for script in FINETUNE_SCRIPTS for nodes in FINETUNE_NODES for tp in (1, 2, 4)]
+    cases += [(script, 1, tp, 2) for script in FINETUNE_SCRIPTS for tp in (1, 2, 4)]
 
     def run(case):
         script, nodes, tp, pp = case
@@ -138,7 +144,7 @@ def test_every_shipped_script_plans_with_its_own_defaults_at_every_size(checkout
             assert plan["pipeline_parallel"] == pp and plan["zero_stage"] == 1
             ceiling = 64 if plan["seq_length"] == 128 else 16
             assert plan["micro_batch_size"] == max(m for m in range(1, ceiling + 1) if (256 // dp) % m == 0)
-    assert planned >= 60  # most layouts run; the rest failed for the reasons computed above
+    assert planned >= 50  # most layouts run; the rest failed for the reasons computed above
     assert not (checkout / "runs" / "bert-large" / "logs").exists()  # dry runs write nothing
 
 

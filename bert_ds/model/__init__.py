@@ -3,9 +3,9 @@ made for a layout: pre-training (plain or cut into pipeline stages) and the fine
 
 from __future__ import annotations
 
-from bert_ds.megatron_setup import import_megatron
+from bert_ds.compile_free_imports import import_without_compile
 
-import_megatron()  # before any model module imports megatron (bert_ds/megatron_setup.py says why)
+import_without_compile()  # before any model module imports megatron (bert_ds/compile_free_imports.py says why)
 
 from bert_ds.config import ModelConfig, transformer_config  # noqa: E402
 from bert_ds.model.attention import sdpa_core_attention  # noqa: E402
