@@ -85,15 +85,21 @@ def _job_state(slurm, job: str) -> str:
     return next((w.split("=")[1] for w in info.split() if w.startswith("JobState=")), "UNKNOWN")
 
 
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+
+
 def _wait(slurm, job: str, until, timeout=400):
+    """Until `until()` holds; a job that ended without it fails at once (not at the timeout)."""
     deadline = time.time() + timeout
     while not until():
-        assert time.time() < deadline, f"job {job} still {_job_state(slurm, job)}"
+        state = _job_state(slurm, job)
+        assert state not in ENDED or until(), f"job {job} ended {state} first"
+        assert time.time() < deadline, f"job {job} still {state}"
         time.sleep(2)
 
 
 def _wait_done(slurm, job: str) -> str:
-    _wait(slurm, job, lambda: _job_state(slurm, job) in ("COMPLETED", "FAILED", "CANCELLED"))
+    _wait(slurm, job, lambda: _job_state(slurm, job) in ENDED)
     return _job_state(slurm, job)
 
 
