@@ -41,7 +41,7 @@ def main(argv=None) -> int:
             return dry_run(run)  # without torch for --dry-run gpu/cpu: seconds on a login node
         from bert_ds.training.prepare import prepare
 
-        prepared = prepare(run)  # tokenizer and plan: any user error ends the run here, before torch loads
+        prepared = prepare(run)  # tokenizer and plan: a user error ends the run here, before DeepSpeed loads
         from bert_ds.distributed import teardown_parallel
         from bert_ds.training.job import run_pretraining
 

@@ -1,5 +1,5 @@
 """The phases of one pre-training job, in order (bert_ds/pretrain.py runs them; the demo and the
-benchmarks call them in-process): tokenizer -> launch plan (training/prepare.py, before torch) ->
+benchmarks call them in-process): tokenizer -> launch plan (training/prepare.py, before DeepSpeed) ->
 held-out data -> parallel layout -> model and DeepSpeed engine -> data -> Trainer
 (training/trainer.py): resume -> train -> save.
 

@@ -1,7 +1,8 @@
-"""The first phases of a pre-training job, before torch is imported: the tokenizer and the launch
-plan (rank 0 prints it, writes --plan-json and checks the tokenizer against the first documents
-of every source). A wrong option, layout, batch or data file ends the job here, in about a second,
-instead of after torch, DeepSpeed and megatron have loaded; training/job.py runs the rest.
+"""The first phases of a pre-training job, before DeepSpeed and megatron are imported: the tokenizer
+and the launch plan (rank 0 prints it, writes --plan-json and checks the tokenizer against the first
+documents of every source). torch alone is imported, to find the device. A wrong option, layout,
+batch or data file ends the job here, in a few seconds, instead of after DeepSpeed and megatron
+have loaded; training/job.py runs the rest.
 """
 
 from __future__ import annotations
