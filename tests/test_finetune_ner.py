@@ -92,6 +92,29 @@ def test_the_hub_schema_uses_its_label_names():
         conll_from_hub([dict(tokens=["a"], ner_tags=[9])], "dev", "x")
 
 
+def test_the_hubs_parquet_branch_layout_reads_at_a_revision(tmp_path):
+    """The default `--dataset` is the hub's Parquet copy (`@refs/convert/parquet`); a folder laid out
+    as that branch is (`conll2003/<split>/0000.parquet`) reads every split with its ClassLabel names."""
+    import datasets
+
+    from bert_ds.finetune.conll_data import CONLL_HUB_ID
+    from bert_ds.finetune.tasks import parse_hub_spec
+
+    assert parse_hub_spec(f"hf:{CONLL_HUB_ID}") == ("eriktks/conll2003", None, "refs/convert/parquet")
+    features = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
+                                  "ner_tags": datasets.Sequence(datasets.ClassLabel(names=list(CONLL2003_LABELS)))})
+    for number, split in enumerate(["train", "validation", "test"]):
+        (tmp_path / "conll2003" / split).mkdir(parents=True)
+        rows = {"tokens": [["Bonn", "says"] * (number + 1)], "ner_tags": [[5, 0] * (number + 1)]}
+        datasets.Dataset.from_dict(rows, features=features).to_parquet(tmp_path / "conll2003" / split / "0000.parquet")
+    for number, split in enumerate(["train", "dev", "test"]):
+        sentences, report, names = load_conll(split, f"hf:{tmp_path}@refs/convert/parquet")
+        assert names == CONLL2003_LABELS and sentences[0].tags == ("B-LOC", "O") * (number + 1)
+        assert report.source.endswith({"dev": "validation"}.get(split, split))
+    with pytest.raises(FinetuneDataError, match="at revision v9: Couldn't find"):
+        load_conll("dev", f"hf:{tmp_path / 'missing'}@v9")
+
+
 class _Pieces:
     """A tokenizer that splits each word into one piece per 3 characters (ids count up)."""
     cls_id, sep_id, unk_id = 101, 102, 100

@@ -79,3 +79,34 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
     assert version_2.stderr.strip().splitlines() == [
         f"error: {squad / 'dev-v1.1.json'}: question dev-0 has no answer: SQuAD 2.0 data, and Table 5 reports SQuAD v1.1 "
         "(train-v1.1.json, dev-v1.1.json)."]
+
+
+def test_paper_scale_pretrains_in_the_papers_two_phases(tmp_path):
+    """The paper scale's pre-training: 90% of 1M steps at 128 tokens, then a second run resuming at
+    step 900k for the last 10% at 512 (one schedule). Both commands are valid pretrain.py options, a
+    rerun never replays phase 1 over phase 2, and the budget counts both phases' tokens."""
+    from bert_ds.experiments.table5 import SCALES, Experiment, parse_args
+    from bert_ds.training.args import parse_args as pretrain_args
+
+    experiment = Experiment(parse_args(["--output", str(tmp_path), "--glue-dir", "g", "--squad-dir", "s", "--scale", "paper"]))
+    steps = []
+    experiment._step = lambda what, script, args, log: steps.append((what, script.name, args))
+    experiment.pretrain("mlm")
+    assert [(what, script) for what, script, _ in steps] == [("pre-training mlm, phase 1", "pretrain.py"),
+                                                            ("pre-training mlm, phase 2", "pretrain.py")]
+    phase1, phase2 = (pretrain_args(args) for _, _, args in steps)
+    assert (phase1.data.seq_length, phase1.checkpoint.stop_at_step, phase1.checkpoint.phase_start_step) == (128, 900_000, None)
+    assert (phase2.data.seq_length, phase2.checkpoint.stop_at_step, phase2.checkpoint.phase_start_step) == (512, None, 900_000)
+    for run in (phase1, phase2):
+        assert (run.optim.train_steps, run.optim.global_batch_size, run.checkpoint.auto_resume) == (1_000_000, 256, True)
+        assert run.checkpoint.save == str(tmp_path / "pretrain" / "mlm" / "ckpt")
+    # Killed in phase 2 and rerun: phase 2 only (its checkpoints are past 900k); finished: nothing.
+    (tmp_path / "pretrain" / "mlm" / "done.json").unlink()
+    steps.clear()
+    experiment.pretrain("mlm")
+    assert [what for what, _, _ in steps] == ["pre-training mlm, phase 2"]
+    steps.clear()
+    experiment.pretrain("mlm")
+    assert steps == []
+    assert SCALES["paper"].pretraining_tokens == 256 * (900_000 * 128 + 100_000 * 512)
+    assert SCALES["cpu"].pretraining_tokens == 1_200 * 32 * 128  # one phase

@@ -25,7 +25,10 @@ from bert_ds.finetune.tasks import (
     FinetuneDataError, ReadReport, load_hub_split, parse_hub_spec, read_text_file, require_hub_columns,
 )
 
-CONLL_HUB_ID = "eriktks/conll2003"
+CONLL_HUB_ID = "eriktks/conll2003@refs/convert/parquet"
+"""The hub's CoNLL-2003, read from the Parquet copy the hub makes of every dataset (the branch
+`refs/convert/parquet`, laid out `conll2003/{train,validation,test}/*.parquet`): its main branch
+holds only a loading script, which `datasets` (>= 4) no longer runs."""
 CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 """The hub's ClassLabel order for `ner_tags` (its label ints)."""
 SPLIT_FILES = {  # split -> file names tried in a folder, first match wins
@@ -124,8 +127,7 @@ def load_conll(split: str, data: str) -> tuple[list[TaggedSentence], ReadReport,
     a CoNLL folder, one CoNLL file, or `hf:ID[:CONFIG]`."""
     hub = parse_hub_spec(data)
     if hub is not None:
-        hub_id, config = hub
-        return conll_from_hub(load_hub_split(hub_id, config, _HUB_SPLITS[split]), split, hub_id)
+        return conll_from_hub(load_hub_split(hub, _HUB_SPLITS[split]), split, hub.hub_id)
     path = Path(data)
     if os.path.isdir(path):
         found = split_file(path, split)

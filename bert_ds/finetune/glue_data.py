@@ -197,13 +197,12 @@ def load_glue(
     task: Union[str, GlueTask], split: str, data: str = "glue_data"
 ) -> tuple[list[GlueExample], ReadReport]:
     """Examples of `task`'s `split` ("train", "dev", "test", MNLI's "dev_matched", ...) from `data`:
-    a local glue_data folder (or the task's folder), or a hub spec `hf:ID[:CONFIG]` such as
+    a local glue_data folder (or the task's folder), or a hub spec `hf:ID[:CONFIG][@REVISION]` such as
     `hf:nyu-mll/glue` (the config defaults to the task name)."""
     task = _as_task(task)
     hub = parse_hub_spec(data)
     if hub is None:
         return read_glue_file(task, glue_file(task, data, split), split)
-    hub_id, config = hub
     _check_split(task, split)
-    rows = load_hub_split(hub_id, config or task.hub_config, hub_split(split))
-    return glue_examples_from_hub(task, rows, split, source=hub_id)
+    rows = load_hub_split(hub, hub_split(split), default_config=task.hub_config)
+    return glue_examples_from_hub(task, rows, split, source=hub.hub_id)

@@ -31,7 +31,8 @@ def add_arguments(parser) -> None:
     add = parser.add_argument
     add("--data-dir", default=None, help="folder with CoNLL files: train.txt, valid.txt (test.txt), or eng.train, eng.testa (eng.testb)")
     add("--dataset", nargs="?", const=CONLL_HUB_ID, default=None,
-        help=f"hub dataset id in the conll2003 schema (tokens, ner_tags); without a value {CONLL_HUB_ID}")
+        help=f"hub dataset ID[:CONFIG][@REVISION] in the conll2003 schema (tokens, ner_tags); without a value "
+             f"{CONLL_HUB_ID}")
     add("--train-file", default=None, help="a CoNLL training file (with --dev-file)")
     add("--dev-file", default=None, help="a CoNLL dev file (with --train-file)")
     add("--test-file", default=None, help="a CoNLL test file (optional, with --train-file)")

@@ -133,9 +133,8 @@ def load_squad(
         raise FinetuneDataError(f"SQuAD version must be '1.1' or '2.0', got {version!r}.")
     hub = parse_hub_spec(data)
     if hub is not None:
-        hub_id, config = hub
-        rows = load_hub_split(hub_id, config, hub_split(split))
-        return squad_examples_from_hub(rows, f"{hub_id} {hub_split(split)}")
+        rows = load_hub_split(hub, hub_split(split))
+        return squad_examples_from_hub(rows, f"{hub.hub_id} {hub_split(split)}")
     path = Path(data)
     if os.path.isdir(path):  # os.path: a path too long or with a NUL byte is no folder, not an OSError
         path = path / f"{split}-v{version}.json"

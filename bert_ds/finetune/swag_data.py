@@ -132,9 +132,8 @@ def load_swag(split: str, data: str = "swagaf/data") -> tuple[list[SwagExample],
     files, one CSV file, or a hub spec `hf:allenai/swag[:regular]`."""
     hub = parse_hub_spec(data)
     if hub is not None:
-        hub_id, config = hub
-        rows = load_hub_split(hub_id, config or SWAG_HUB_CONFIG, _HUB_SPLITS[_split_name(split)])
-        return swag_examples_from_hub(rows, split, source=hub_id)
+        rows = load_hub_split(hub, _HUB_SPLITS[_split_name(split)], default_config=SWAG_HUB_CONFIG)
+        return swag_examples_from_hub(rows, split, source=hub.hub_id)
     path = Path(data)
     if os.path.isdir(path):  # os.path: a path too long or with a NUL byte is no folder, not an OSError
         path = path / SWAG_FILES[_split_name(split)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, NamedTuple, Optional
 
 from bert_ds.data.sources import DataError
 
@@ -156,22 +156,39 @@ def hub_split(split: str) -> str:
     return "validation" + split[3:] if split.startswith("dev") else split
 
 
-def parse_hub_spec(data: str) -> Optional[tuple[str, Optional[str]]]:
-    """`hf:ID[:CONFIG]` (the corpus sources' syntax) -> (ID, CONFIG or None); a local path -> None."""
+class HubSpec(NamedTuple):
+    """A hub dataset as `datasets.load_dataset` takes it."""
+
+    hub_id: str
+    config: Optional[str]
+    revision: Optional[str]
+    """A branch, tag or commit; e.g. `refs/convert/parquet`, the hub's automatic Parquet copy of a
+    dataset whose loading script `datasets` (>= 4) no longer runs."""
+
+
+def parse_hub_spec(data: str) -> Optional[HubSpec]:
+    """`hf:ID[:CONFIG][@REVISION]` (the corpus sources' syntax, plus a revision) -> HubSpec; a
+    local path -> None. A revision may hold '/', so it is split off first, at the last '@'."""
     if not data.startswith("hf:"):
         return None
-    hub_id, _, config = data[3:].partition(":")
-    return hub_id, config or None
+    location, at, revision = data[3:].rpartition("@")
+    if not at:
+        location, revision = revision, ""
+    hub_id, _, config = location.partition(":")
+    return HubSpec(hub_id, config or None, revision or None)
 
 
-def load_hub_split(hub_id: str, config: Optional[str], split: str):
-    """`datasets.load_dataset(hub_id, config, split=split)`; any failure becomes a FinetuneDataError."""
+def load_hub_split(hub: HubSpec, split: str, default_config: Optional[str] = None):
+    """`datasets.load_dataset(ID, CONFIG or default_config, split=split, revision=REVISION)`; any
+    failure becomes a FinetuneDataError."""
     from datasets import load_dataset  # lazy: the dataset stack is slow to import
 
+    config = hub.config or default_config
     try:
-        return load_dataset(hub_id, config, split=split)
-    except Exception as error:  # network, unknown id/config/split: all end the same way
-        raise FinetuneDataError(f"Cannot load hub dataset {hub_id!r} ({config}, {split}): {error}") from None
+        return load_dataset(hub.hub_id, config, split=split, revision=hub.revision)
+    except Exception as error:  # network, unknown id/config/split/revision: all end the same way
+        at = f" at revision {hub.revision}" if hub.revision else ""
+        raise FinetuneDataError(f"Cannot load hub dataset {hub.hub_id!r} ({config}, {split}){at}: {error}") from None
 
 
 def require_hub_columns(rows: Any, needed: Iterable[str], source: str) -> None:
