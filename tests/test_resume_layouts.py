@@ -1,4 +1,4 @@
-"""Resume a checkpoint on another parallel layout: TP2->TP1->TP2, PP2->PP1, DP2->DP1->DP2.
+"""Resume a checkpoint on another parallel layout: TP2 x PP2 (4 ranks) -> DP2 -> TP2 x PP2 x DP2 (8 ranks), DP2->DP1->DP2.
 
 Each resumed run must continue exactly like the run on the original layout (dropout off): same
 losses to 1e-5 and the same token counts, which only the same examples give. The DP moves keep
@@ -83,22 +83,31 @@ def _assert_same_export(tmp_path, split_checkpoint, single_checkpoint):
         assert torch.allclose(split, single, atol=1e-4), (split - single).abs().max()
 
 
-def test_tensor_parallel_2_to_1_to_2(tmp_path, cache):
-    tp2, _ = _run(tmp_path, cache, "tp2", ["--tensor-parallel", "2"], nproc=2, steps=6)
-    tp1, result = _run(tmp_path, cache, "tp1", ["--load", _tag(tmp_path, "tp2", 2)], nproc=1, steps=6)
-    assert "TP 2 x PP 1 x DP 1" in result.stdout and "resumed from" in result.stdout
-    assert sorted(tp1) == [3, 4, 5, 6]
-    _assert_continues(tp1, tp2, [3, 4, 5, 6])
-    back, _ = _run(tmp_path, cache, "back", ["--tensor-parallel", "2", "--load", _tag(tmp_path, "tp1", 4)], nproc=2, steps=6)
-    _assert_continues(back, tp1, [5, 6])
-    _assert_same_export(tmp_path, _tag(tmp_path, "tp2", 6), _tag(tmp_path, "tp1", 6))
-
-
-def test_pipeline_parallel_2_to_1(tmp_path, cache):
-    pp2, _ = _run(tmp_path, cache, "pp2", ["--pipeline-parallel", "2"], nproc=2, steps=4)
-    pp1, _ = _run(tmp_path, cache, "pp1", ["--load", _tag(tmp_path, "pp2", 2)], nproc=1, steps=4)
-    _assert_continues(pp1, pp2, [3, 4])
-    _assert_same_export(tmp_path, _tag(tmp_path, "pp2", 4), _tag(tmp_path, "pp1", 4))
+def test_tensor_x_pipeline_x_data_parallel_equal_one_process_and_resume_across_layouts(tmp_path, cache):
+    """All three parallelisms at once, each layout continuing the same run (dropout off, fp32):
+    one process (2 loader workers) -> TP2 x PP2 (4 ranks, 2 workers) to step 4 and an exact resume to
+    6 on the same layout; its step-2 checkpoint -> TP1 x PP1 x DP2 (2 ranks, ZeRO-1) to step 4 ->
+    TP2 x PP2 x DP2 (8 ranks, ZeRO-1) to step 6. Every step's loss equals the one process's to 1e-5
+    with the same tokens; DP x workers stays 2 so the data shards map one to one. TP 2->1->2 and
+    PP 2->1->2 are both in the chain, and the 8-rank checkpoint exports to the one process's model."""
+    single, _ = _run(tmp_path, cache, "single", ["--num-workers", "2"], nproc=1, steps=6)
+    split = ["--tensor-parallel", "2", "--pipeline-parallel", "2"]
+    tp2pp2, result = _run(tmp_path, cache, "tp2pp2", [*split, "--num-workers", "2", "--stop-at-step", "4"], nproc=4, steps=6)
+    assert "world 4 = TP 2 x PP 2 x DP 1" in result.stdout
+    _assert_continues(tp2pp2, single, [1, 2, 3, 4])
+    # An exact resume on the same layout: --auto-resume finds step 4 (the metrics file is appended).
+    resumed, result = _run(tmp_path, cache, "tp2pp2", [*split, "--num-workers", "2", "--auto-resume"], nproc=4, steps=6)
+    assert "resumed from" in result.stdout and sorted(resumed) == [1, 2, 3, 4, 5, 6]
+    _assert_continues(resumed, single, [5, 6])
+    dp2, result = _run(tmp_path, cache, "dp2", ["--zero-stage", "1", "--stop-at-step", "4", "--load", _tag(tmp_path, "tp2pp2", 2)],
+                       nproc=2, steps=6)
+    assert "has layout TP 2 x PP 2 x DP 1, 2 loader workers, this run TP 1 x PP 1 x DP 2" in result.stdout
+    assert sorted(dp2) == [3, 4]
+    _assert_continues(dp2, single, [3, 4])
+    full, result = _run(tmp_path, cache, "3d", [*split, "--zero-stage", "1", "--load", _tag(tmp_path, "dp2", 4)], nproc=8, steps=6)
+    assert "world 8 = TP 2 x PP 2 x DP 2" in result.stdout and sorted(full) == [5, 6]
+    _assert_continues(full, single, [5, 6])
+    _assert_same_export(tmp_path, _tag(tmp_path, "3d", 6), _tag(tmp_path, "single", 6))
 
 
 def test_data_parallel_2_to_1_to_2(tmp_path, cache):
