@@ -34,3 +34,29 @@ def report(error: Exception, code: int = 2) -> int:
     prefix = f"[rank {rank}] " if os.environ.get("WORLD_SIZE", "1") != "1" else ""
     print(f"{prefix}error: {error}", file=sys.stderr)
     return code
+
+
+class PeerLost(RuntimeError):
+    """A collective failed because another process of the job is gone (killed, its node lost, or
+    the network between them down): the message says so and names the checkpoint to resume from."""
+
+
+# What gloo and NCCL say when the other end of a collective is gone or silent past the timeout.
+_LOST_PEER_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Timed out",
+                    "timed out", "Connection refused", "aborted")
+_DISTRIBUTED_ERRORS = {"DistError", "DistBackendError", "DistNetworkError", "DistStoreError"}
+
+
+def lost_peer(error: BaseException) -> bool:
+    """Whether `error`, raised by a collective, means a peer process is gone (torch's distributed
+    error types, or gloo's plain RuntimeError naming a closed, reset or timed-out connection)."""
+    if _DISTRIBUTED_ERRORS & {cls.__name__ for cls in type(error).__mro__}:
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and ("gloo" in text or "NCCL" in text) and any(s in text for s in _LOST_PEER_SIGNS)
+
+
+def first_line(error: BaseException, limit: int = 300) -> str:
+    """The first line of an error's message, cut to `limit` characters (library messages can be long)."""
+    line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return line if len(line) <= limit else line[:limit] + " ..."

@@ -12,11 +12,12 @@ import os
 import sys
 
 
-from bert_ds.errors import USER_ERRORS, report
+from bert_ds.errors import USER_ERRORS, PeerLost, first_line, lost_peer, report
 from bert_ds.training.args import RunConfig, parse_args
 from bert_ds.training.health import TrainingDiverged
 
 EXIT_DIVERGED = 3  # non-finite steps: stopped without saving, the last checkpoint is the good state
+EXIT_PEER_LOST = 4  # another rank or node died mid-run: the latest complete checkpoint is intact
 
 
 def dry_run(run: RunConfig) -> int:
@@ -34,7 +35,23 @@ def dry_run(run: RunConfig) -> int:
     return 0
 
 
+def peer_lost(run: RunConfig, error: BaseException) -> PeerLost:
+    """The one-line error of a rank whose collective failed because another process is gone."""
+    where = "nothing is saved (no --save)"
+    if run.checkpoint.save:
+        from bert_ds.checkpoint.zero import latest_complete_tag
+
+        tag = latest_complete_tag(run.checkpoint.save)
+        where = (f"the latest complete checkpoint is {os.path.join(run.checkpoint.save, tag)}: resubmit with the same "
+                 "--save and --auto-resume to continue from it" if tag else f"{run.checkpoint.save} holds no complete "
+                 "checkpoint yet")
+    cause = first_line(error).split(". ")[0]  # gloo's first sentence names the peer; the rest is advice
+    return PeerLost(f"lost contact with another process of this job ({cause}); a rank or its node died or "
+                    f"the network failed, and the other ranks stop rather than wait; {where}.")
+
+
 def main(argv=None) -> int:
+    run = None
     try:
         run = parse_args(argv)
         if run.plan.dry_run:
@@ -52,6 +69,10 @@ def main(argv=None) -> int:
         return report(error, 2)
     except TrainingDiverged as error:
         return report(error, EXIT_DIVERGED)
+    except RuntimeError as error:
+        if run is None or not lost_peer(error):
+            raise
+        return report(peer_lost(run, error), EXIT_PEER_LOST)
 
 
 if __name__ == "__main__":

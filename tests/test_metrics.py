@@ -6,6 +6,7 @@ import json
 import pytest
 
 from bert_ds.training.metrics import (
+    EVAL_KEYS,
     METRIC_KEYS,
     MetricsLogger,
     bert_flops_per_sequence,
@@ -107,6 +108,25 @@ def test_jsonl_appends_to_existing_file(tmp_path):
     with MetricsLogger(total_steps=100, metrics_file=str(path), start_step=1, stream=io.StringIO()) as logger:
         logger.log(_values(2, 8.0))
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2]
+
+
+def test_a_resumed_run_drops_the_lines_its_predecessor_logged_after_the_checkpoint(tmp_path):
+    """Killed at step 5 after the step-3 checkpoint (its last line cut short): the run resuming at
+    step 3 keeps steps 1-3 and the evaluation at 2, drops 4, 5 and the partial line, and says so."""
+    path = tmp_path / "metrics.jsonl"
+    with MetricsLogger(total_steps=100, metrics_file=str(path), stream=io.StringIO()) as logger:
+        for step in range(1, 6):
+            logger.log(_values(step, 9.0 - step))
+        logger.log_eval(dict(step=2, consumed_samples=8, consumed_tokens=800, **{key: 1.0 for key in EVAL_KEYS}))
+    with path.open("a") as file:
+        file.write('{"step": 6, "loss"')  # the kill
+    console = io.StringIO()
+    with MetricsLogger(total_steps=100, metrics_file=str(path), start_step=3, stream=console) as logger:
+        logger.log(_values(4, 4.5))
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["step"], "loss" in r) for r in records] == [(1, True), (2, True), (3, True), (2, False), (4, True)]
+    assert records[-1]["loss"] == 4.5
+    assert "dropped 3 line(s) logged after step 3" in console.getvalue()
 
 
 def test_non_finite_values_are_strict_json_null(tmp_path):

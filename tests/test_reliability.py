@@ -147,3 +147,17 @@ def test_a_build_lock_left_by_a_killed_job_does_not_hang_the_next(tmp_path, cach
         lock.unlink(missing_ok=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"warning: removed {lock}, a build lock" in result.stderr
+
+
+def test_a_collective_that_lost_its_peer_is_told_apart_from_other_errors():
+    """What gloo raises when the other end is gone, and torch's distributed error types, become
+    pretrain.py's one-line "lost contact" error; an unrelated RuntimeError keeps its traceback."""
+    from bert_ds.errors import first_line, lost_peer
+
+    gloo = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+                        "[10.77.0.12]:40576. This is typically caused by a remote worker crashing.\nmore")
+    timeout = RuntimeError("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 600000ms "
+                           "for recv operation to complete")
+    assert lost_peer(gloo) and lost_peer(timeout) and lost_peer(torch.distributed.DistNetworkError("store gone"))
+    assert not lost_peer(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) and not lost_peer(ValueError("gloo"))
+    assert first_line(gloo).endswith("remote worker crashing.") and len(first_line(RuntimeError("x" * 900))) == 304

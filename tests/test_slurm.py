@@ -4,62 +4,21 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
-import time
 
 import pytest
 
 from tests.helpers import REPO, read_metrics
+from tests.slurm_cluster import job_state, missing_requirements, single_node_cluster, wait_for_job, wait_until_ended
 from tests.task_fixtures import write_squad, write_sst2_plumbing, write_swag
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("slurmctld") is None or shutil.which("munged") is None or os.geteuid() != 0,
-    reason="needs Slurm and munge (apt-get install slurm-wlm munge; .ci/run installs them) and root",
-)
-
-
-def _slurm_conf(root) -> str:
-    host = socket.gethostname()
-    return "\n".join([
-        "ClusterName=bertds", f"SlurmctldHost={host}", "AuthType=auth/munge",
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectType=select/cons_tres",
-        "SlurmUser=root", "SlurmdUser=root", "MpiDefault=none", "ReturnToService=2",
-        "SlurmdParameters=config_overrides", "KillWait=30",
-        f"StateSaveLocation={root}/state", f"SlurmdSpoolDir={root}/spool",
-        f"SlurmctldPidFile={root}/slurmctld.pid", f"SlurmdPidFile={root}/slurmd.pid",
-        f"SlurmctldLogFile={root}/slurmctld.log", f"SlurmdLogFile={root}/slurmd.log",
-        f"NodeName={host} CPUs={os.cpu_count()} RealMemory=20000 State=UNKNOWN",
-        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", "",
-    ])
+pytestmark = pytest.mark.skipif(bool(missing_requirements()), reason=missing_requirements() or "runs")
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    """A running slurmctld + slurmd; yields the environment that points sbatch at them."""
-    root = tmp_path_factory.mktemp("slurm")
-    for folder in ("state", "spool"):
-        (root / folder).mkdir()
-    conf = root / "slurm.conf"
-    conf.write_text(_slurm_conf(root))
-    os.makedirs("/run/munge", exist_ok=True)
-    shutil.chown("/run/munge", "munge", "munge")
-    if not os.path.exists("/etc/munge/munge.key"):
-        subprocess.run(["mungekey", "-c"], check=True)
-    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
-        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    subprocess.run(["slurmctld", "-f", str(conf)], check=True, env=env)
-    subprocess.run(["slurmd", "-f", str(conf)], check=True, env=env)
-    deadline = time.time() + 60
-    while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=env).stdout:
-        assert time.time() < deadline, (root / "slurmctld.log").read_text()[-2000:]
-        time.sleep(1)
-    yield env
-    for name in ("slurmd", "slurmctld"):
-        pid_file = root / f"{name}.pid"
-        if pid_file.exists():
-            subprocess.run(["kill", pid_file.read_text().strip()], check=False)
+    """A running slurmctld + slurmd (tests/slurm_cluster.py); yields the environment that points sbatch at them."""
+    yield from single_node_cluster(tmp_path_factory.mktemp("slurm"))
 
 
 def _sbatch(slurm, script: str, out, env: dict, *args: str, tasks: int = 2) -> str:
@@ -80,27 +39,20 @@ def _submit(slurm, out, cache, **overrides) -> str:
     return _sbatch(slurm, "slurm/pretrain_large.sh", out, env)
 
 
+def _client(slurm):
+    return lambda command: subprocess.run(command, capture_output=True, text=True, env=slurm)
+
+
 def _job_state(slurm, job: str) -> str:
-    info = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, env=slurm).stdout
-    return next((w.split("=")[1] for w in info.split() if w.startswith("JobState=")), "UNKNOWN")
-
-
-ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+    return job_state(_client(slurm), job)
 
 
 def _wait(slurm, job: str, until, timeout=400):
-    """Until `until()` holds; a job that ended without it fails at once (not at the timeout)."""
-    deadline = time.time() + timeout
-    while not until():
-        state = _job_state(slurm, job)
-        assert state not in ENDED or until(), f"job {job} ended {state} first"
-        assert time.time() < deadline, f"job {job} still {state}"
-        time.sleep(2)
+    wait_for_job(_client(slurm), job, until, timeout)
 
 
 def _wait_done(slurm, job: str) -> str:
-    _wait(slurm, job, lambda: _job_state(slurm, job) in ENDED)
-    return _job_state(slurm, job)
+    return wait_until_ended(_client(slurm), job)
 
 
 @pytest.fixture(scope="module")

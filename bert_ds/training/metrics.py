@@ -124,6 +124,8 @@ class MetricsLogger:
         if enabled and metrics_file is not None:
             path = Path(metrics_file)
             path.parent.mkdir(parents=True, exist_ok=True)
+            if start_step > 0 and path.is_file():
+                self._cut_back(path, start_step)
             self._file = path.open("a", encoding="utf-8")
 
     def log(self, values: Mapping[str, Any]) -> None:
@@ -157,6 +159,26 @@ class MetricsLogger:
             self._file.flush()  # a killed run keeps every line it logged
         self._write_tensorboard(ordered, tensorboard_prefix)
         return ordered
+
+    def _cut_back(self, path: Path, step: int) -> None:
+        """Resuming at `step`: drop the lines an interrupted run logged after its last checkpoint (and
+        a line cut short by a kill), so the file lists each step once, as TensorBoard's purge does."""
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+        kept = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and int(record.get("step", 0)) <= step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+        if len(kept) == len(lines):
+            return
+        partial = path.with_name(path.name + ".tmp")
+        partial.write_text("".join(kept), encoding="utf-8")
+        partial.replace(path)  # atomic: a kill now leaves the old file or the new one, never half
+        self.message(f"{path}: dropped {len(lines) - len(kept)} line(s) logged after step {step} by the run "
+                     "this one resumes (they are redone)")
 
     def message(self, text: str) -> None:
         """A plain console line (e.g. "saved checkpoint ..."); no-op when disabled."""

@@ -1,0 +1,98 @@
+"""`sbatch --nodes=2 --ntasks-per-node=2 slurm/pretrain_large.sh` on a real two-node Slurm cluster
+(tests/slurm_cluster.py: each node a network namespace with its own address and hostname), then a
+node's tasks killed mid-run: the job ends at once, `latest` names a complete checkpoint, and the
+resubmitted job resumes from it with every step logged exactly once."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.helpers import REPO, read_metrics
+from tests.slurm_cluster import TwoNodeCluster, job_state, missing_requirements, wait_for_job, wait_until_ended
+
+
+def _namespaces_work() -> str:
+    """'' if this machine lets root make a network namespace (some containers do not), else why not."""
+    if missing_requirements():
+        return missing_requirements()
+    name = f"bdsprobe{os.getpid() % 100_000}"
+    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return "" if made.returncode == 0 else f"cannot make a network namespace here: {made.stderr.strip()}"
+
+
+pytestmark = pytest.mark.skipif(bool(_namespaces_work()), reason=_namespaces_work() or "runs")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = TwoNodeCluster(tmp_path_factory.mktemp("slurm2"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+def _submit(cluster, out, cache, **overrides) -> str:
+    env = {"OUTPUT_DIR": str(out), "PRESET": "tiny", "DATA": "sample", "TP": "2", "GLOBAL_BATCH": "16",
+           "MICRO_BATCH": "4", "LOG_INTERVAL": "1", "SAVE_INTERVAL": "3", "TRAIN_STEPS": "2000", "STOP_AT_STEP": "",
+           "BERT_DS_CACHE": cache, "OMP_NUM_THREADS": "1", **overrides}
+    result = cluster.client(
+        ["sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-node=0",
+         "--partition=debug", "--time=15", f"--output={out}-%j.out", "slurm/pretrain_large.sh"],
+        env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().split(";")[0]
+
+
+def _steps(out):
+    return [m["step"] for m in read_metrics(out / "metrics.jsonl") if "loss" in m]
+
+
+def test_four_ranks_on_two_nodes_and_a_lost_node_ends_the_job_and_resumes(cluster, shared_cache, tmp_path):
+    out = tmp_path / "run"
+    job = _submit(cluster, out, shared_cache)
+    metrics = out / "metrics.jsonl"
+    wait_for_job(cluster.client, job, lambda: (out / "latest").exists() and metrics.exists() and len(_steps(out)) >= 5)
+    # One job, two hosts: TP=2 inside each node, DP=2 across them; the rendezvous is node1's address.
+    info = cluster.client(["scontrol", "show", "job", job]).stdout
+    assert "NodeList=node[1-2]" in info and "NumNodes=2" in info, info
+    batch_log = (tmp_path / f"run-{job}.out").read_text()
+    assert "bert_ds: 2 node(s), 4 tasks, master node1:" in batch_log and "TP 2 x PP 1 x DP 2" in batch_log
+    assert cluster.on("node2", ["getent", "hosts", "node1"]).stdout.split()[0] == TwoNodeCluster.HOSTS["node1"]
+    ranks_on = {host: [pid for pid in cluster.pids(host) if _is_rank(pid)] for host in ("node1", "node2")}
+    assert len(ranks_on["node1"]) == len(ranks_on["node2"]) == 2, ranks_on
+
+    # node2's tasks die (as when the node is lost): the other ranks must not wait for them.
+    for pid in ranks_on["node2"]:
+        os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    assert wait_until_ended(cluster.client, job, timeout=180) == "FAILED"
+    ended_after = time.monotonic() - killed_at
+    assert ended_after < 120, ended_after
+    saved = (out / "latest").read_text()
+    assert (out / saved / "complete.json").is_file()
+    survivor = (out / "logs" / f"{job}-0.log").read_text()
+    assert "error: lost contact with another process of this job" in survivor, survivor[-3000:]
+    assert f"the latest complete checkpoint is {out / saved}" in survivor
+
+    # Resubmitted: it resumes from that checkpoint; the lines logged after it are redone once.
+    resumed_at = int(saved.removeprefix("step"))
+    again = _submit(cluster, out, shared_cache, STOP_AT_STEP=str(resumed_at + 2))
+    assert wait_until_ended(cluster.client, again) == "COMPLETED", (tmp_path / f"run-{again}.out").read_text()[-3000:]
+    assert f"resumed from {out / saved}" in (out / "logs" / f"{again}-0.log").read_text()
+    assert _steps(out) == list(range(1, resumed_at + 3))
+    assert job_state(cluster.client, job) == "FAILED"
+
+
+def _is_rank(pid: int) -> bool:
+    """A training process (python .../pretrain.py), not srun or the batch script naming it."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            argv = file.read().split(b"\0")
+    except OSError:
+        return False
+    return b"python" in os.path.basename(argv[0]) and any(arg.endswith(b"pretrain.py") for arg in argv[1:2])
