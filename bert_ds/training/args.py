@@ -259,9 +259,20 @@ class PretrainPlan(PlanOptions):
     plan_from_step: Optional[int] = None
     """With --dry-run: plan as if resuming at this step, without looking for the checkpoint (a
     later phase planned before the earlier one ran)."""
+    node_gpus: int = 8
+    """GPUs per node, for a GPU plan's scaling estimate (which parallel groups span nodes)."""
+    intra_node_bandwidth: float = 450.0
+    """GB/s one GPU sends inside a node, for the scaling estimate (NVLink 4, H100/H200: 450)."""
+    inter_node_bandwidth: float = 50.0
+    """GB/s one GPU sends to other nodes, for the scaling estimate (a 400 Gb/s NIC per GPU: 50)."""
+    gpu_tflops: float = 300.0
+    """Model TFLOP/s one GPU achieves, for the scaling estimate's step time (default: about 30% of
+    H100/H200's dense bf16 peak; use the FLOP/s your runs log)."""
 
     def problems(self) -> list[str]:
-        problems = super().problems() + at_least(self, 1, "plan_from_step")
+        problems = super().problems() + at_least(self, 1, "plan_from_step", "node_gpus")
+        problems += [f"--{name.replace('_', '-')} must be > 0, got {getattr(self, name)}"
+                     for name in ("intra_node_bandwidth", "inter_node_bandwidth", "gpu_tflops") if getattr(self, name) <= 0]
         if self.plan_from_step is not None and not self.dry_run:
             problems.append("--plan-from-step only goes with --dry-run")
         return problems

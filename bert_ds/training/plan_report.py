@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from bert_ds.training.footprint import GIB, MemoryEstimate
+from bert_ds.training.scaling import estimate_text
 
 MEMORY_FORMULA = (
     "estimate: model states by the ZeRO paper's formula, activations by Korthikanti et al. 2022, "
@@ -109,8 +110,24 @@ def format_pretrain_plan(plan) -> str:
         ("checkpoint", f"{gib(plan.checkpoint_bytes)} each" + (f", {run.checkpoint.keep_last} kept" if run.checkpoint.keep_last else "")
                        + (f" in {run.checkpoint.save}" if run.checkpoint.save else " (no --save)")),
     ]
+    if plan.device_type == "gpu":
+        rows.append(("scaling", estimate_text(*scaling_estimate(plan))))
     warnings = [w for w in (sample.warning() for sample in plan.samples) if w]
     return render_table("bert_ds launch plan (pre-training)", rows, plan.notes + warnings)
+
+
+def scaling_estimate(plan):
+    """(ScalingEstimate, Interconnect) of a pre-training plan: its layout on the --node-gpus,
+    bandwidths and --gpu-tflops it was given (bert_ds/training/scaling.py)."""
+    from bert_ds.training.scaling import Interconnect, estimate
+
+    options, run = plan.run.plan, plan.run
+    link = Interconnect(options.node_gpus, options.intra_node_bandwidth, options.inter_node_bandwidth, options.gpu_tflops)
+    est = estimate(plan.model_config, seq=run.data.seq_length, micro=plan.batch.micro_batch_size,
+                   accumulation=plan.batch.accumulation, tp=run.parallel.tensor_parallel, pp=run.parallel.pipeline_parallel,
+                   dp=plan.data_parallel, zero_stage=plan.zero_stage, element_bytes=4 if plan.precision == "fp32" else 2,
+                   parameters_per_rank=plan.parameters_per_rank, with_nsp=run.data.objective == "mlm_nsp", link=link)
+    return est, link
 
 
 def pretrain_plan_json(plan) -> dict:
