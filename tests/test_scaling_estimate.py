@@ -19,13 +19,19 @@ def test_volumes_follow_each_parallelisms_collectives():
     volume = comm_volume(LARGE, seq=128, micro=8, accumulation=4, tp=2, pp=2, dp=2, zero_stage=1, element_bytes=2,
                          parameters_per_rank=100_000_000)
     activation = 8 * 128 * H * 2
-    assert volume.tp == pytest.approx(4 * (4 * 12 + 1) * 1.0 * activation)  # 12 layers per stage, 4 all-reduces each
-    assert volume.pp == pytest.approx(4 * activation)  # an edge stage sends one tensor per micro batch
-    assert volume.dp == pytest.approx(1.0 * 2e8)  # all-reduce: 2 (DP-1)/DP of the weights' bytes
-    # ZeRO-2 reduce-scatters every micro batch, ZeRO-3 also gathers the weights twice per micro batch.
+    # 12 layers per stage, 4 all-reduces each, one for the stage's embedding or decoder; plus the
+    # all-gather of the TP parts of the tensor the stage received, per micro batch.
+    assert volume.tp == pytest.approx(4 * ((4 * 12 + 1) * 1.0 + 0.5) * activation)
+    # An edge stage sends one tensor per micro batch, split over the TP ranks, and the tied word
+    # embeddings' gradient (V x h / TP) once per step.
+    assert volume.pp == pytest.approx(4 * activation / 2 + LARGE.vocab_size * H / 2 * 2)
+    assert volume.dp == pytest.approx(1.5 * 2e8)  # ZeRO-1: all-reduce (2 (DP-1)/DP) + all-gather ((DP-1)/DP)
+    # ZeRO-0 only all-reduces; ZeRO-2 all-reduces after every micro batch (as measured on gloo);
+    # ZeRO-3 gathers the weights twice per micro batch and reduce-scatters its gradients.
     kwargs = dict(seq=128, micro=8, accumulation=4, tp=1, pp=1, dp=4, element_bytes=2, parameters_per_rank=10**8)
-    zero2, zero3 = (comm_volume(LARGE, zero_stage=stage, **kwargs).dp for stage in (2, 3))
-    assert zero2 == pytest.approx(5 * 0.75 * 2e8) and zero3 == pytest.approx(12 * 0.75 * 2e8)
+    zero0, zero2, zero3 = (comm_volume(LARGE, zero_stage=stage, **kwargs).dp for stage in (0, 2, 3))
+    assert zero0 == pytest.approx(1.5 * 2e8)
+    assert zero2 == pytest.approx(9 * 0.75 * 2e8) and zero3 == pytest.approx(12 * 0.75 * 2e8)
     assert comm_volume(LARGE, zero_stage=1, **{**kwargs, "dp": 1}).total == 0  # one rank sends nothing
 
 

@@ -7,12 +7,18 @@ batches of B sequences of s tokens, hidden size h, L layers, P parameters on the
     TP  Megatron's tensor parallelism all-reduces B·s·h elements twice in each layer's forward
         (after attention and after the MLP) and twice in its backward; the vocabulary-parallel
         embedding and the tied decoder add one each on the stages that hold them. A ring
-        all-reduce sends 2·(TP-1)/TP of the payload per rank.
+        all-reduce sends 2·(TP-1)/TP of the payload per rank. With PP, a stage also all-gathers
+        the activations (or gradients) it received in TP parts (below).
     PP  each stage boundary sends B·s·h activations forward and their gradients back, per micro
-        batch: a middle stage sends both, an edge stage one.
-    DP  the gradients: ZeRO-0/1 all-reduce them once per step (2·(DP-1)/DP·P·b); ZeRO-2 reduce-
-        scatters them every micro batch and all-gathers the updated weights once; ZeRO-3 also
-        all-gathers the weights for every micro batch's forward and backward.
+        batch: a middle stage sends both, an edge stage one. DeepSpeed's pipeline splits them over
+        the TP ranks, so each sends 1/TP of them. Once per step the first and last stages all-
+        reduce the gradient of the word embeddings they share (V·h/TP elements).
+    DP  the gradients, as DeepSpeed does it on gloo (tests/bench/comm_volume.py measured ZeRO-1
+        and 2): ZeRO-0 all-reduces them once per step (2·(DP-1)/DP·P·b); ZeRO-1 too, then all-
+        gathers the updated weights ((DP-1)/DP·P·b); ZeRO-2 all-reduces them after every micro
+        batch and all-gathers the weights once (a reduce-scatter would send half: the ZeRO paper's
+        figure); ZeRO-3 (not measured) all-gathers the weights for every micro batch's forward
+        and backward and reduce-scatters its gradients.
 
 Time: model FLOPs (metrics.bert_flops_per_sequence) over the achieved FLOP/s per GPU, stretched by
 the pipeline bubble (m + PP - 1) / m, plus each kind's bytes over its link: NVLink inside a node,
@@ -90,14 +96,19 @@ def comm_volume(config: ModelConfig, *, seq: int, micro: int, accumulation: int,
     activation = micro * seq * config.hidden_size * element_bytes  # one B x s x h tensor
     edge_all_reduces = 2 if pp == 1 else 1  # the embedding and the tied decoder: one each, on their stages
     tp_all_reduces = 4 * (config.num_layers // pp) + edge_all_reduces
-    tp_bytes = accumulation * tp_all_reduces * ring_share(tp) * activation
-    pp_bytes = accumulation * (2 if pp > 2 else 1) * activation if pp > 1 else 0.0
+    boundaries = (2 if pp > 2 else 1) if pp > 1 else 0  # tensors a stage sends (and receives) per micro batch
+    tp_bytes = accumulation * (tp_all_reduces * ring_share(tp) + boundaries * ring_share(tp) / 2) * activation
+    pp_bytes = accumulation * boundaries * activation / tp
+    if pp > 1:  # the tied word embeddings' gradient, between the first and the last stage
+        pp_bytes += ring_share(2) * config.vocab_size * config.hidden_size / tp * element_bytes
     weights = parameters_per_rank * element_bytes
     half = ring_share(dp) / 2  # one reduce-scatter or one all-gather
-    if zero_stage <= 1:
+    if zero_stage == 0:
         dp_bytes = 2 * half * weights
+    elif zero_stage == 1:
+        dp_bytes = 3 * half * weights
     elif zero_stage == 2:
-        dp_bytes = (accumulation + 1) * half * weights
+        dp_bytes = (2 * accumulation + 1) * half * weights
     else:
         dp_bytes = 3 * accumulation * half * weights
     return CommVolume(tp=tp_bytes, pp=pp_bytes, dp=dp_bytes)
