@@ -122,10 +122,19 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(tmp_path, cache):
     assert (save / "latest").read_text() == "step00000004"  # nothing written after the run went bad
 
 
-def test_a_build_lock_left_by_a_killed_job_does_not_hang_the_next(tmp_path, cache):
+def test_a_build_lock_left_by_a_killed_job_does_not_hang_the_next(tmp_path, cache, monkeypatch):
     """torch's JIT loader takes a lock while it checks DeepSpeed's prebuilt op at every start; a
-    job killed in that second leaves it, and without bert_ds's check every later job waits forever."""
+    job killed in that second leaves it, and without bert_ds's check every later job waits forever.
+    The job runs on a copy of the built ops (TORCH_EXTENSIONS_DIR), so the stale lock is this
+    test's alone: another test's job (make test runs two workers) would clear a shared one first."""
+    import shutil
+
     from bert_ds.prebuild_ops import STALE_LOCK_S, clear_stale_locks, op_build_folders
+
+    for built in op_build_folders():
+        if built.is_dir():
+            shutil.copytree(built, tmp_path / "extensions" / built.name, ignore=shutil.ignore_patterns("lock"))
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "extensions"))
 
     fresh, old, absent = (tmp_path / name for name in ("fresh", "old", "absent"))
     for folder in (fresh, old):
