@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from bert_ds.training.footprint import GIB, MemoryEstimate
-from bert_ds.training.scaling import estimate_text
+from bert_ds.training.scaling import Interconnect, estimate, estimate_text
 
 MEMORY_FORMULA = (
     "estimate: model states by the ZeRO paper's formula, activations by Korthikanti et al. 2022, "
@@ -119,8 +119,6 @@ def format_pretrain_plan(plan) -> str:
 def scaling_estimate(plan):
     """(ScalingEstimate, Interconnect) of a pre-training plan: its layout on the --node-gpus,
     bandwidths and --gpu-tflops it was given (bert_ds/training/scaling.py)."""
-    from bert_ds.training.scaling import Interconnect, estimate
-
     options, run = plan.run.plan, plan.run
     link = Interconnect(options.node_gpus, options.intra_node_bandwidth, options.inter_node_bandwidth, options.gpu_tflops)
     est = estimate(plan.model_config, seq=run.data.seq_length, micro=plan.batch.micro_batch_size,
