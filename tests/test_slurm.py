@@ -12,7 +12,8 @@ from tests.helpers import REPO, read_metrics
 from tests.slurm_cluster import job_state, missing_requirements, single_node_cluster, wait_for_job, wait_until_ended
 from tests.task_fixtures import write_squad, write_sst2_plumbing, write_swag
 
-pytestmark = pytest.mark.skipif(bool(missing_requirements()), reason=missing_requirements() or "runs")
+_WHY_NOT = missing_requirements()
+pytestmark = pytest.mark.skipif(bool(_WHY_NOT), reason=_WHY_NOT or "runs")
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,8 @@ def _namespaces_work() -> str:
     return "" if made.returncode == 0 else f"cannot make a network namespace here: {made.stderr.strip()}"
 
 
-pytestmark = pytest.mark.skipif(bool(_namespaces_work()), reason=_namespaces_work() or "runs")
+_WHY_NOT = _namespaces_work()  # probed once: it makes and deletes a namespace
+pytestmark = pytest.mark.skipif(bool(_WHY_NOT), reason=_WHY_NOT or "runs")
 
 
 @pytest.fixture(scope="module")
