@@ -48,18 +48,13 @@ def test_same_weights_score_the_same_at_every_layout(best_run, tmp_path, cache):
     single = _evals(best_run / "metrics.jsonl")[10]  # the weights of the latest checkpoint
     assert single["eval/samples"] == 37 and single["eval/mlm_accuracy"] > 0
     for name, layout in {"tp2": ["--tensor-parallel", "2"], "pp2": ["--pipeline-parallel", "2"],
-                         "dp2": ["--zero-stage", "2"]}.items():
+                         "dp2": ["--zero-stage", "2"], "dp2-zero3": ["--zero-stage", "3"]}.items():
         metrics = tmp_path / f"{name}.jsonl"
         _job(["--eval-only", "--load", str(best_run / "ckpt"), "--metrics-file", str(metrics), "--eval-samples", "37",
               *layout], cache, nproc=2)
         split = _evals(metrics)[10]  # logged at the checkpoint's step
         for key in ("eval/mlm_loss", "eval/mlm_accuracy", "eval/nsp_loss", "eval/nsp_accuracy"):
             assert split[key] == pytest.approx(single[key], abs=1e-5), (name, key)
-    # Into ZeRO-3 from another layout: one sentence, not a failure deep inside the conversion.
-    refused = run_pretrain(COMMON + ["--eval-only", "--load", str(best_run / "ckpt"), "--zero-stage", "3"],
-                           nproc=2, cache_dir=cache)
-    assert refused.returncode != 0 and "into ZeRO-3 is not supported yet" in refused.stderr
-    assert "Traceback" not in "\n".join(l for l in refused.stderr.splitlines() if l.startswith("[rank"))
 
 
 def test_keep_best_survives_rotation_and_target_stops_the_run(best_run, tmp_path, cache):

@@ -5,8 +5,9 @@ groups plus `param_slice_mappings` (where each parameter's piece lies in the par
 of one parameter, taken in data-parallel order, concatenate to this tensor-parallel rank's whole
 parameter; the TP slices then concatenate along the dimension megatron split. Without ZeRO
 (stage 0, the fp32 default at DP=1) the weights are in DeepSpeed's model file and the moments in
-torch's optimizer state, by position in the parameter groups. Each rank file of
-ours records what this needs (its place in the layout, parameter names -> full names, shapes, TP
+torch's optimizer state, by position in the parameter groups. ZeRO-3 partitions are put back
+together by DeepSpeed's own consolidation (checkpoint/zero3_consolidate.py), one TP rank at a
+time. Each rank file of ours records what this needs (its place in the layout, parameter names -> full names, shapes, TP
 dimensions), so no model has to be built here.
 """
 
@@ -21,6 +22,7 @@ import torch
 from bert_ds.checkpoint import zero
 from bert_ds.checkpoint.portable import MOMENTS, moment_key, write_portable
 from bert_ds.checkpoint.zero import CheckpointError
+from bert_ds.checkpoint.zero3_consolidate import zero3_tp_local_tensors
 from bert_ds.config import ModelConfig
 
 STATES = ("fp32",) + MOMENTS
@@ -118,13 +120,12 @@ def read_full_state(tag_dir: Path, with_moments: bool = True) -> tuple[dict, Opt
     records = read_rank_files(tag_dir)
     first = records[0]["layout"]
     stage = first["zero_stage"]
-    if stage not in (0, 1, 2) or (stage == 0 and first["pipeline_parallel"] > 1):
+    if stage == 0 and first["pipeline_parallel"] > 1:
         raise CheckpointError(
-            f"Checkpoint {tag_dir} uses ZeRO stage {stage}{' with pipeline stages' if stage == 0 else ''}; only "
-            "ZeRO-0 (without pipelines), ZeRO-1 and ZeRO-2 checkpoints can be converted (resume it with the "
-            "layout that wrote it)."
+            f"Checkpoint {tag_dir} uses pipeline stages without ZeRO; only ZeRO-1 pipeline checkpoints can be "
+            "converted (resume it with the layout that wrote it)."
         )
-    read_place = _tp_local_tensors if stage > 0 else _tp_local_tensors_without_zero
+    read_place = {0: _tp_local_tensors_without_zero, 3: zero3_tp_local_tensors}.get(stage, _tp_local_tensors)
     by_place: dict[tuple[int, int], list[dict]] = {}
     for record in records:
         place = (record["layout"]["pp_rank"], record["layout"]["tp_rank"])
@@ -156,10 +157,12 @@ def zero_to_portable(checkpoint_dir: str, out: str, optimizer: bool = False) -> 
 
     tag_dir = resolve_tag_dir(checkpoint_dir)
     full, adam_step, records = read_full_state(tag_dir, with_moments=optimizer)
-    model_states = read_checkpoint_file(tag_dir / "mp_rank_00_model_states.pt")
+    # Rank 0's model file (DeepSpeed names it differently under ZeRO-3) holds our client state.
+    model_file = tag_dir / records[0]["layout"]["model_file"]
+    model_states = read_checkpoint_file(model_file)
     for key in ("model_config", "state", "run"):
         if key not in model_states:
-            raise CheckpointError(f"{tag_dir / 'mp_rank_00_model_states.pt'} lacks {key!r}; not a bert_ds checkpoint.")
+            raise CheckpointError(f"{model_file} lacks {key!r}; not a bert_ds checkpoint.")
     weights = {name: states["fp32"] for name, states in full.items()}
     moments = {moment_key(n, m): states[m] for n, states in full.items() for m in MOMENTS} if optimizer else None
     training = None

@@ -12,6 +12,7 @@ from typing import Optional
 import torch
 
 from bert_ds.checkpoint.zero import CheckpointError
+from bert_ds.partitioned import local_partition, writable
 
 
 def model_param_groups(engine) -> list[list]:
@@ -39,14 +40,15 @@ def set_engine_state(engine, model, slices: dict, training: Optional[dict]) -> N
     from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
 
     stage = engine.zero_optimization_stage()
-    if stage == 3:
-        raise CheckpointError("Loading a checkpoint into a new layout needs ZeRO stage 0, 1 or 2; this run uses stage 3.")
     if training is not None:
         _create_optimizer_state(engine)
     base = _torch_optimizer(engine)
     params, masters = dict(model.named_parameters()), fp32_masters(engine)
     for local, kinds in slices.items():
         param = params[local]
+        if stage == 3:
+            _set_partitioned(param, kinds)
+            continue
         param.copy_(kinds["weight"].to(param.dtype))
         moments = [k for k in kinds if k != "weight"]
         if stage == 0:  # torch's optimizer works on the parameters themselves, or on their fp32 masters
@@ -76,6 +78,23 @@ def set_engine_state(engine, model, slices: dict, training: Optional[dict]) -> N
     engine.skipped_steps = counters["skipped_steps"]
 
 
+def _set_partitioned(param, kinds: dict) -> None:
+    """A ZeRO-3 parameter: the weight through a gather (every rank holds the same full value;
+    DeepSpeed re-partitions it), this rank's partition of the fp32 master and of each moment
+    through DeepSpeed's local API. Its full-tensor API cannot be used: it reads the last rank's
+    partition past the end of a tensor whose size DP does not divide."""
+    from deepspeed.utils import safe_set_local_fp32_param, safe_set_local_optimizer_state
+
+    with writable(param):
+        param.copy_(kinds["weight"].to(param.dtype))
+    for kind, value in kinds.items():
+        local = local_partition(param, value.to(torch.float32))
+        if kind == "weight":
+            safe_set_local_fp32_param(param, local)
+        else:
+            safe_set_local_optimizer_state(param, local, kind)
+
+
 def _torch_optimizer(engine):
     """The torch optimizer: under ZeRO's wrapper or the 16-bit wrapper, or DeepSpeed's optimizer itself."""
     wrapped = engine.zero_optimization_stage() > 0 or hasattr(engine.optimizer, "fp32_groups")
@@ -87,9 +106,15 @@ def _create_optimizer_state(engine) -> None:
 
     One step with zero gradients at learning rate 0 changes no weight for Adam, AdamW, LAMB or
     DeepSpeed's CPU Adam (decoupled weight decay is scaled by the learning rate too); the step
-    count it adds is overwritten afterwards. Under ZeRO each parameter is then linked to its state.
+    count it adds is overwritten afterwards. Under ZeRO-1/2 each parameter is then linked to its
+    state. ZeRO-3 keeps its flat fp32 partitions out of the optimizer's groups between steps and
+    puts each one into its group only around a step: the same is done here.
     """
     base = _torch_optimizer(engine)
+    stage3 = engine.zero_optimization_stage() == 3
+    if stage3:
+        for sub_group, flat in enumerate(engine.optimizer.fp32_partitioned_groups_flat):
+            base.param_groups[engine.optimizer.sub_group_to_group_id[sub_group]]["params"] = [flat]
     tensors = [p for group in base.param_groups for p in group["params"]]
     saved = [(group["lr"], [(p, p.grad) for p in group["params"]]) for group in base.param_groups]
     for group in base.param_groups:
@@ -101,5 +126,7 @@ def _create_optimizer_state(engine) -> None:
         group["lr"] = lr
         for tensor, grad in grads:
             tensor.grad = grad
-    if engine.zero_optimization_stage() > 0:
+        if stage3:
+            group["params"] = []
+    if engine.zero_optimization_stage() in (1, 2):
         engine.optimizer._lazy_init_hp_params_optimizer_state()

@@ -15,6 +15,7 @@ import torch
 
 from bert_ds.checkpoint.portable import MOMENTS, OPTIMIZER, WEIGHTS, PortableCheckpoint, moment_key
 from bert_ds.checkpoint.zero import CheckpointError
+from bert_ds.partitioned import full_shape, writable
 
 # Full names whose first dimension is the vocabulary (padded in the model).
 VOCAB_ROWS = ("bert.embeddings.word_embeddings.weight", "lm_head.decoder.bias")
@@ -84,10 +85,10 @@ def read_model_slices(
                     value = _model_sized(tensors.get_tensor(key_of(full)), full, param, dim, tp_size, path, report)
                     if dim is not None and tp_size > 1:
                         value = value.chunk(tp_size, dim=dim)[tp_rank]
-                    if value.shape != param.shape:
+                    if value.shape != full_shape(param):
                         raise CheckpointError(
                             f"{path}: {key_of(full)} has shape {tuple(value.shape)} for this rank, "
-                            f"the model {tuple(param.shape)}."
+                            f"the model {tuple(full_shape(param))}."
                         )
                     slices[local][kind] = value.float()
     report.loaded = sorted(wanted.values())
@@ -107,7 +108,8 @@ def load_portable_weights(
     slices, report = read_model_slices(model, checkpoint, tp_rank, tp_size, full_names, allow_missing)
     params = dict(model.named_parameters())
     for local, kinds in slices.items():
-        params[local].copy_(kinds["weight"].to(params[local].dtype))
+        with writable(params[local]):
+            params[local].copy_(kinds["weight"].to(params[local].dtype))
     return report
 
 
@@ -115,7 +117,7 @@ def _model_sized(value: torch.Tensor, full: str, param, dim, tp_size: int, path,
     """The full tensor, its vocabulary rows zero-padded up to the model's."""
     if full not in VOCAB_ROWS:
         return value
-    rows = param.shape[0] * (tp_size if dim == 0 else 1)
+    rows = full_shape(param)[0] * (tp_size if dim == 0 else 1)
     if value.shape[0] > rows:
         raise CheckpointError(f"{path}: {full} has {value.shape[0]} vocabulary rows, the model only {rows}.")
     if value.shape[0] < rows:

@@ -19,6 +19,7 @@ from bert_ds.checkpoint.engine_state import model_param_groups, set_engine_state
 from bert_ds.checkpoint.portable import PortableCheckpoint, is_portable, open_portable
 from bert_ds.checkpoint.portable_load import partition_dim, read_model_slices
 from bert_ds.checkpoint.zero import CheckpointError
+from bert_ds.partitioned import full_shape
 
 PORTABLE_SUBDIR = "portable"
 
@@ -58,7 +59,7 @@ def layout_record(engine, model, layout, run, root: Path, tag: str) -> dict:
         model_file=Path(engine._get_ckpt_name(str(root), tag)).name,
         optimizer_order=_optimizer_order(engine, model, names),
         names={name: names[name] for name in params},
-        shapes={name: list(param.shape) for name, param in params.items()},
+        shapes={name: list(full_shape(param)) for name, param in params.items()},
         dims={names[name]: partition_dim(param) for name, param in params.items()},
     )
 
@@ -119,7 +120,6 @@ def resume(trainer) -> Resumed:
     if load_dir is None:
         return Resumed(None, "")
     if is_portable(load_dir):
-        _refuse_zero3(engine, load_dir)
         return _resume_portable(trainer, open_portable(load_dir))
     if run.checkpoint.auto_resume and zero.latest_complete_tag(load_dir) is None:
         return Resumed(None, f"no checkpoint in {load_dir} yet: starting from step 0")
@@ -132,7 +132,6 @@ def resume(trainer) -> Resumed:
         print(fallback_note, flush=True)
     saved = zero.saved_layout(load_dir, tag)
     if saved is not None and saved != layout_sizes(layout, run):
-        _refuse_zero3(engine, str(Path(load_dir) / tag))
         portable = _converted(Path(load_dir) / tag, layout, saved, layout_sizes(layout, run))
         return _resume_portable(trainer, portable)
     client, rank_state = zero.load(engine, load_dir, tag, layout.world_size)
@@ -141,15 +140,6 @@ def resume(trainer) -> Resumed:
     load_rng_state_dict(layout, rank_state["rng"])
     note = _seq_note(saved_seq, run.data.seq_length)
     return Resumed(client["state"], f"resumed from {Path(load_dir) / tag} at step {client['state']['step']}{note}")
-
-
-def _refuse_zero3(engine, path: str) -> None:
-    """Weights of another layout go in as full tensors per rank; ZeRO-3 holds a partition of each
-    parameter, so that load would fail deep inside with a shape of 0: refuse it in one sentence."""
-    if engine.zero_optimization_stage() == 3:
-        raise zero.CheckpointError(
-            f"{path}: loading weights saved at another layout (or a portable folder) into ZeRO-3 is not "
-            "supported yet; resume with the layout and ZeRO stage the checkpoint was saved with.")
 
 
 def _intact(load_dir: str, tag: str, fallback: bool) -> tuple[str, str]:

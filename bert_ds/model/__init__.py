@@ -12,12 +12,14 @@ from bert_ds.model.attention import sdpa_core_attention  # noqa: E402
 from bert_ds.model.bert import BertForPretraining, BertModel, PretrainingOutput  # noqa: E402
 from bert_ds.model.init import initialize_weights  # noqa: E402
 from bert_ds.model.layers import layer_spec  # noqa: E402
+from bert_ds.partitioned import builds_partitioned, construction  # noqa: E402
 
 PRETRAINING = "pretraining"
 
 
 def build_model(config: ModelConfig, layout, head: str = PRETRAINING, *, with_nsp: bool = True,
-                num_labels: int = 2, seed: int | None = None, pipeline_loss=None, bilstm: bool = False):
+                num_labels: int = 2, seed: int | None = None, pipeline_loss=None, bilstm: bool = False,
+                deepspeed_config: dict | None = None):
     """The model for this process's place in `layout` (a distributed.ParallelLayout).
 
     head: "pretraining" (BertForPretraining, with the NSP head when `with_nsp`) or a fine-tuning
@@ -30,6 +32,9 @@ def build_model(config: ModelConfig, layout, head: str = PRETRAINING, *, with_ns
     The layout supplies the TP size and group and the model-parallel RNG stream of attention
     dropout; weights are drawn per parameter name from `seed` (default: the layout's) by
     model/init.py, so equal seeds give equal full weights at any TP/PP size.
+
+    With a `deepspeed_config` that enables ZeRO-3 the model is built partitioned over the
+    data-parallel group (bert_ds/partitioned.py) and left where DeepSpeed placed it.
     """
     spec = layer_spec(
         config.layer_norm_position,
@@ -50,14 +55,16 @@ def build_model(config: ModelConfig, layout, head: str = PRETRAINING, *, with_ns
         return build_pipeline_model(config, layout, spec, pipeline_loss, with_nsp=with_nsp, seed=seed)
     # Pipeline size 1 for megatron in every case: DeepSpeed, not megatron, cuts the stages.
     tconfig = transformer_config(config, layout.tensor_parallel, 1)
-    if head == PRETRAINING:
-        model = BertForPretraining(config, tconfig, spec, with_nsp=with_nsp, pg_collection=layout.pg_collection)
-    else:
-        from bert_ds.model.heads import BertForFinetuning
+    with construction(deepspeed_config, layout):
+        if head == PRETRAINING:
+            model = BertForPretraining(config, tconfig, spec, with_nsp=with_nsp, pg_collection=layout.pg_collection)
+        else:
+            from bert_ds.model.heads import BertForFinetuning
 
-        model = BertForFinetuning(config, tconfig, spec, head, num_labels, pg_collection=layout.pg_collection, bilstm=bilstm)
+            model = BertForFinetuning(config, tconfig, spec, head, num_labels, pg_collection=layout.pg_collection,
+                                      bilstm=bilstm)
     initialize_weights(model, config, seed, layout.tp_rank, layout.tensor_parallel)
-    return model.to(layout.device)
+    return model if builds_partitioned(deepspeed_config) else model.to(layout.device)
 
 
 __all__ = ["BertForPretraining", "BertModel", "PretrainingOutput", "build_model"]

@@ -15,6 +15,7 @@ from typing import Mapping, Optional
 import torch
 
 from bert_ds.config import ModelConfig
+from bert_ds.partitioned import full_shape, writable
 
 
 def _generator(seed: int, name: str) -> torch.Generator:
@@ -64,11 +65,12 @@ def initialize_weights(
     """
     for name, param in model.named_parameters():
         full_name = full_names.get(name, name) if full_names is not None else name
-        shape = list(param.shape)
+        shape = list(full_shape(param))
         dim = getattr(param, "partition_dim", None) if getattr(param, "tensor_model_parallel", False) else None
         if dim is not None:
             shape[dim] *= tp_size
         full = initial_full_tensor(full_name, shape, config.init_method_std, seed)
         if dim is not None:
             full = full.chunk(tp_size, dim=dim)[tp_rank]
-        param.copy_(full.to(param.dtype))
+        with writable(param):
+            param.copy_(full.to(param.dtype))

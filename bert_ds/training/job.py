@@ -46,7 +46,8 @@ def setup_engine(run: RunConfig, model_config, layout, deepspeed_setup=None):
     pipeline_loss = None
     if layout.pipeline_parallel > 1:
         pipeline_loss = PretrainingLossFn(layout.tp_group)
-    model = build_model(model_config, layout, with_nsp=run.data.objective == "mlm_nsp", pipeline_loss=pipeline_loss)
+    model = build_model(model_config, layout, with_nsp=run.data.objective == "mlm_nsp", pipeline_loss=pipeline_loss,
+                        deepspeed_config=deepspeed_setup.config)
     engine = build_engine(model, layout, deepspeed_setup, run.optim.settings())
     return engine, model, deepspeed_setup
 
