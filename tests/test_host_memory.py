@@ -55,3 +55,44 @@ def test_gpu_partitioning_zero_and_opted_out_runs_keep_malloc_defaults(monkeypat
     assert tune_malloc_for_training("cpu", zero_stage=1, data_parallel=2) is False  # so do ZeRO runs that partition
     monkeypatch.setenv("BERT_DS_MALLOC_DEFAULTS", "1")
     assert tune_malloc_for_training("cpu", zero_stage=0) is False
+
+
+RETURN_PROGRAM = """
+import sys
+import torch
+from bert_ds.host_memory import return_freed_memory
+if sys.argv[1] == "return":
+    assert return_freed_memory()
+
+def resident_mib():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 // 2**20
+
+big = torch.ones(6 * 2**20)
+del big  # a 24 MiB buffer freed: by default malloc's mapping threshold rises past 16 MiB
+before = resident_mib()
+full = torch.ones(4 * 2**20)  # 16 MiB: a module's full weights during a partitioned build
+kept = full[: 2**20].clone()  # the rank's partition, kept, allocated after it
+del full
+print(resident_mib() - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc")
+def test_partitioned_runs_return_freed_buffers_to_the_os():
+    def retained_mib(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", RETURN_PROGRAM, mode], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.split()[-1])
+
+    assert retained_mib("default") >= 15  # the freed 16 MiB stays resident, a hole under the partition
+    assert retained_mib("return") <= 6  # only the 4 MiB partition stays
+
+
+def test_only_cpu_runs_that_partition_return_freed_memory(monkeypatch):
+    from bert_ds.host_memory import tune_malloc_for_partitioning
+
+    assert tune_malloc_for_partitioning("cuda", zero_stage=3, data_parallel=2) is False
+    assert tune_malloc_for_partitioning("cpu", zero_stage=3, data_parallel=1) is False  # partitions nothing
+    assert tune_malloc_for_partitioning("cpu", zero_stage=0, data_parallel=2) is False
+    monkeypatch.setenv("BERT_DS_MALLOC_DEFAULTS", "1")
+    assert tune_malloc_for_partitioning("cpu", zero_stage=2, data_parallel=2) is False

@@ -20,6 +20,7 @@ from bert_ds.data.loader import PretrainingLoader
 from bert_ds.data.sources import parse_sources
 from bert_ds.distributed import init_parallel
 from bert_ds.launcher import discover
+from bert_ds.host_memory import tune_malloc_for_partitioning
 from bert_ds.model import build_model
 from bert_ds.training.args import RunConfig
 from bert_ds.training.engine import build_engine
@@ -46,6 +47,7 @@ def setup_engine(run: RunConfig, model_config, layout, deepspeed_setup=None):
     pipeline_loss = None
     if layout.pipeline_parallel > 1:
         pipeline_loss = PretrainingLossFn(layout.tp_group)
+    tune_malloc_for_partitioning(layout.device.type, deepspeed_setup.zero_stage, layout.data_parallel)
     model = build_model(model_config, layout, with_nsp=run.data.objective == "mlm_nsp", pipeline_loss=pipeline_loss,
                         deepspeed_config=deepspeed_setup.config)
     engine = build_engine(model, layout, deepspeed_setup, run.optim.settings())
