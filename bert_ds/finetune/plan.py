@@ -93,7 +93,7 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
     # No MLM head and no pipeline here: the encoder's activations for the largest micro batch.
     memory = MemoryEstimate(
         weights, gradients, optimizer,
-        buffer_bytes(params, precision, stage, dp, ds_config["zero_optimization"].get("reduce_bucket_size", 500_000_000)),
+        buffer_bytes(params, precision, stage, dp, ds_config["zero_optimization"]),
         activation_bytes(config, job.recipe.max_seq_length, sequences, job.parallel.tensor_parallel, config.num_layers, precision,
                          device_type == "gpu", mask_prob=0.0),
     )

@@ -16,6 +16,8 @@ micro-batches in flight):
 - buffers: under ZeRO 1-3, DeepSpeed's gradient reduce bucket (zero_optimization.reduce_bucket_size
   elements, default 5e8) and the flat fp32 copy of this rank's gradient partition it makes for the
   optimizer step while the gradients still exist (4 bytes per parameter / N; stage_1_and_2.py);
+  under ZeRO-3 also the weights gathered whole for the layers being computed, at most
+  zero_optimization.stage3_max_live_parameters (default 1e9, ds_configs/zero3.json 3e7);
   without ZeRO at DP > 1, the flattened copy of the gradients its all-reduce makes.
 - activations of one micro-batch: Korthikanti et al. 2022 ("Reducing Activation Recomputation in
   Large Transformer Models", §4) per layer, tensor parallel without sequence parallelism, written
@@ -43,6 +45,8 @@ from bert_ds.config import ModelConfig
 
 DEEPSPEED_REDUCE_BUCKET = 500_000_000
 """DeepSpeed's default zero_optimization.reduce_bucket_size (elements)."""
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000
+"""DeepSpeed's default zero_optimization.stage3_max_live_parameters (elements)."""
 RANK_FILE_BYTES = 64 * 1024
 """Our per-rank file (RNG streams, data-stream position, layout record), about."""
 GIB = 2**30
@@ -124,15 +128,20 @@ def model_state_bytes(params: int, precision: str, zero_stage: int, dp: int, off
     return int(weights), int(gradients), int(states), 0
 
 
-def buffer_bytes(params: int, precision: str, zero_stage: int, dp: int, reduce_bucket: int) -> int:
+def buffer_bytes(params: int, precision: str, zero_stage: int, dp: int, zero_config: dict | None = None) -> int:
     """DeepSpeed's working copies beyond the model states: under ZeRO the reduce bucket and, at
     the step, the rank's gradient partition flattened (in 16 bits, for mixed precision) and in fp32;
-    without ZeRO the flat all-reduce buffer at DP > 1 and, for mixed precision, the fp32 copy of
-    every gradient its FP16_UnfusedOptimizer makes before each step (tests/bench/memory.py)."""
+    under ZeRO-3 also the weights gathered whole for the layers being computed (at most
+    stage3_max_live_parameters); without ZeRO the flat all-reduce buffer at DP > 1 and, for mixed
+    precision, the fp32 copy of every gradient its FP16_UnfusedOptimizer makes before each step
+    (tests/bench/memory.py). `zero_config` is the DeepSpeed JSON's zero_optimization section."""
+    zero_config = zero_config or {}
     mixed = precision in ("bf16", "fp16")
     width = 2 if mixed else 4
     if zero_stage >= 1:
-        return min(reduce_bucket, params) * width + (4 + (2 if mixed else 0)) * params // dp
+        reduce_bucket = zero_config.get("reduce_bucket_size", DEEPSPEED_REDUCE_BUCKET)
+        live = min(zero_config.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_PARAMETERS), params) if zero_stage == 3 else 0
+        return (min(reduce_bucket, params) + live) * width + (4 + (2 if mixed else 0)) * params // dp
     return (params * width if dp > 1 else 0) + (4 * params if mixed else 0)
 
 
@@ -169,15 +178,14 @@ def _layer_activations(s, b, h, a, tp, width, mask, attention_mask, scores_kept)
 
 def memory_per_device(
     config: ModelConfig, *, seq: int, micro: int, accumulation: int, tp: int, pp: int, dp: int, zero_stage: int,
-    precision: str, gpu: bool, offload: bool = False, reduce_bucket: int = DEEPSPEED_REDUCE_BUCKET,
-    with_nsp: bool = True,
+    precision: str, gpu: bool, offload: bool = False, zero_config: dict | None = None, with_nsp: bool = True,
 ) -> MemoryEstimate:
     """The heaviest rank's memory (stage 0; the last stage when it is also the first)."""
     params = max(stage_parameters(config, tp, pp, stage, with_nsp) for stage in range(pp))
     weights, gradients, optimizer, host = model_state_bytes(params, precision, zero_stage, dp, offload)
     in_flight = min(pp, accumulation)
     activations = in_flight * activation_bytes(config, seq, micro, tp, config.num_layers // pp, precision, gpu)
-    return MemoryEstimate(weights, gradients, optimizer, buffer_bytes(params, precision, zero_stage, dp, reduce_bucket),
+    return MemoryEstimate(weights, gradients, optimizer, buffer_bytes(params, precision, zero_stage, dp, zero_config),
                           activations, host)
 
 

@@ -160,7 +160,7 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
         model_config, seq=run.data.seq_length, micro=batch.micro_batch_size, accumulation=batch.accumulation,
         tp=run.parallel.tensor_parallel, pp=run.parallel.pipeline_parallel, dp=dp, zero_stage=stage, precision=precision,
         gpu=device_type == "gpu", offload=deepspeed.offloaded,
-        reduce_bucket=ds_config["zero_optimization"].get("reduce_bucket_size", 500_000_000), with_nsp=with_nsp,
+        zero_config=ds_config["zero_optimization"], with_nsp=with_nsp,
     )
     samples = sample_sources(run, tokenizer) if sample_data and tokenizer is not None else []
     return LaunchPlan(

@@ -37,9 +37,15 @@ RSS per phase of the DP=1 jobs backs the split):
   deepspeed.initialize stays about 4 bytes/parameter above the live bf16 weights and fp32
   masters): 29 at DP=1 (fp32: 30.5), 17-18 at DP=2 (fp32: 20-22). The plan counts the fp32
   partition and the bucket, not the flat bf16 copy or the resident leftovers.
-- ZeRO-3: bert_ds builds the whole model in fp32 (4 bytes/parameter) on every rank before
-  DeepSpeed casts it to bf16 and partitions it, so the peak is the build and what follows it, as
-  in fp32 (bf16 17.5 vs fp32 27.2 at DP=2, formula 8 and 10).
+- ZeRO-3 (built partitioned under deepspeed.zero.Init, ds_configs/zero3.json): at DP=2 the
+  model states are the formula's, and the rest is the 1e7-element reduce bucket, the weights
+  gathered for the layers being computed (stage3_max_live_parameters, 3e7) and the step's gradient
+  copy: 13.9 bytes/parameter in fp32 (formula 10, plan estimate 1% below), 12.1 in bf16
+  (formula 8), 2026-12-03. With DeepSpeed's defaults (5e7 bucket, 1e9 live parameters: nothing is
+  released between forward and backward) and malloc's own behaviour it peaked at 2.15 GiB fp32
+  against 1.20 (host_memory.tune_malloc_for_partitioning).
+
+Each stage runs with the config a user picks for it (CONFIG_OF_STAGE: zero1 for stages 0 and 1).
 
 Usage: python tests/bench/memory.py [--preset base] [--precisions fp32 bf16] [--json PATH]
 """
@@ -68,14 +74,22 @@ def formula_bytes_per_param(stage: int, dp: int, precision: str = "fp32") -> flo
     return sum(model_state_bytes(10**6, precision, stage, dp, offload=False)) / 10**6
 
 
+# The shipped config each stage runs with (what a user picks by name); --zero-stage sets 0 and 1.
+CONFIG_OF_STAGE = {0: "zero1", 1: "zero1", 2: "zero2", 3: "zero3"}
+
+
+def zero_section(stage: int) -> dict:
+    return json.loads((REPO / "ds_configs" / f"{CONFIG_OF_STAGE[stage]}.json").read_text())["zero_optimization"]
+
+
 def plan_estimate_bytes(model_config: dict, stage: int, dp: int, gpu: bool, precision: str = "fp32") -> int:
-    """What `--dry-run` would print as memory per device for this job (zero1.json's 5e7 bucket)."""
+    """What `--dry-run` would print as memory per device for this job (with its config's buckets)."""
     sys.path.insert(0, str(REPO))
     from bert_ds.config import ModelConfig
     from bert_ds.training.footprint import memory_per_device
 
     return memory_per_device(ModelConfig(**model_config), seq=16, micro=1, accumulation=1, tp=1, pp=1, dp=dp,
-                             zero_stage=stage, precision=precision, gpu=gpu, reduce_bucket=50_000_000).total
+                             zero_stage=stage, precision=precision, gpu=gpu, zero_config=zero_section(stage)).total
 
 
 def _current_rss() -> int:
@@ -95,7 +109,7 @@ def worker(preset: str, stage: int, out: str, precision: str) -> None:
     from bert_ds.training.tokenizer_setup import resolve_tokenizer
 
     run = parse_args(["--preset", preset, "--seq-length", "16", "--micro-batch-size", "1", "--global-batch-size",
-                      str(int(os.environ.get("WORLD_SIZE", "1"))), "--zero-stage", str(stage),
+                      str(int(os.environ.get("WORLD_SIZE", "1"))), "--deepspeed-config", CONFIG_OF_STAGE[stage], "--zero-stage", str(stage),
                       "--precision", precision])
     tokenizer = resolve_tokenizer(run)
     model_config, layout = job.setup_parallel(run, tokenizer)
