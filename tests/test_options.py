@@ -57,8 +57,8 @@ def test_fine_tuning_reuses_pre_training_sections():
     job = config_from_args(args, 128)
     settings = job.recipe.optimizer_settings(job.recipe.lr, 1, 10)
     assert (settings.name, settings.betas, settings.lr) == ("lamb", (0.9, 0.98), 2e-5)
-    with pytest.raises(ConfigError, match="--zero-stage 3: fine-tuning takes ZeRO 0-2"):
-        config_from_args(_with(add_common_arguments).parse_args(["--output", "o", "--zero-stage", "3"]), 128)
+    job = config_from_args(_with(add_common_arguments).parse_args(["--output", "o", "--zero-stage", "3"]), 128)
+    assert job.parallel.zero_stage == 3  # fine-tuning takes every ZeRO stage
 
 
 def test_defaults_live_in_the_dataclasses_and_the_preset_table():

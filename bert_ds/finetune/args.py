@@ -30,9 +30,6 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(","))
 
 
-# Fine-tuning takes ZeRO 0-2: predict() gives the DP ranks different numbers of batches, and a
-# ZeRO-3 forward is collective (every rank gathers each layer's weights), so it would wait forever.
-FINETUNE_ZERO_STAGES = [0, 1, 2]
 MAX_RUNS = 10_000  # grid settings x restarts: more is a typo, not a plan
 
 
@@ -74,11 +71,7 @@ class FinetuneParallel(ParallelOptions):
     """How the job is split over processes (world = TP x DP) and run by DeepSpeed."""
 
     def problems(self) -> list[str]:
-        problems = super().problems()
-        if self.zero_stage is not None and self.zero_stage not in FINETUNE_ZERO_STAGES:
-            problems.append(f"--zero-stage {self.zero_stage}: fine-tuning takes ZeRO 0-2 (its predictions give the "
-                            "ranks uneven batches, and a ZeRO-3 forward needs every rank)")
-        return problems
+        return super().problems()
 
 
 @dataclass

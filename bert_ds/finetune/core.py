@@ -61,13 +61,14 @@ class RunResult:
     score: float
 
 
-def build_model(start, task: TaskData, layout, seed: int, bilstm: bool = False):
+def build_model(start, task: TaskData, layout, seed: int, bilstm: bool = False, deepspeed_config: dict | None = None):
     """The encoder with --init's weights (or BERT's init) and a fresh head (with `bilstm`, a
-    BiLSTM under it) drawn from `seed`."""
+    BiLSTM under it) drawn from `seed`; built partitioned when `deepspeed_config` enables ZeRO-3."""
     from bert_ds.checkpoint.portable_load import load_portable_weights
     from bert_ds.model import build_model as build_layout_model
 
-    model = build_layout_model(start.model_config, layout, task.kind, num_labels=task.num_labels, seed=seed, bilstm=bilstm)
+    model = build_layout_model(start.model_config, layout, task.kind, num_labels=task.num_labels, seed=seed, bilstm=bilstm,
+                               deepspeed_config=deepspeed_config)
     if start.checkpoint is not None:
         load_portable_weights(
             model, start.checkpoint, layout.tp_rank, layout.tensor_parallel,
@@ -81,13 +82,17 @@ def sequences_per_example(task: TaskData) -> int:
     return len(task.train[0]["input_ids"]) if task.kind == "multiple_choice" and task.train else 1
 
 
-def _engine(job: FinetuneConfig, settings: RunSettings, model, layout, total_steps: int, model_config, task):
+def _model_and_engine(job: FinetuneConfig, settings: RunSettings, start, task: TaskData, layout, total_steps: int):
+    """The model for this run and its DeepSpeed engine, with the batch plan and the config's notes."""
+    from bert_ds.host_memory import tune_malloc_for_partitioning
     from bert_ds.training.engine import build_engine
 
-    plan = batch_plan(job, settings, layout.data_parallel, model_config, sequences_per_example(task))
+    plan = batch_plan(job, settings, layout.data_parallel, start.model_config, sequences_per_example(task))
     deepspeed_setup = job.parallel.deepspeed_setup(plan, layout.device.type, job.recipe.clip_grad)
+    tune_malloc_for_partitioning(layout.device.type, deepspeed_setup.zero_stage, layout.data_parallel)
+    model = build_model(start, task, layout, settings.seed, job.head.bilstm, deepspeed_setup.config)
     optimizer = job.recipe.optimizer_settings(settings.lr, max(1, int(job.recipe.warmup_proportion * total_steps)), total_steps)
-    return build_engine(model, layout, deepspeed_setup, optimizer), plan, deepspeed_setup.notes
+    return model, build_engine(model, layout, deepspeed_setup, optimizer), plan, deepspeed_setup.notes
 
 
 def _epoch_order(n: int, steps: int, batch: int, seed: int, epoch: int) -> list[int]:
@@ -120,15 +125,20 @@ def train_epoch(engine, plan, task: TaskData, layout, pad_id: int, order: list[i
 
 @torch.no_grad()
 def predict(engine, features: list[dict], task: TaskData, layout, pad_id: int, batch_size: int) -> list:
-    """One output per feature (logits as numpy), computed by the DP ranks in turn and gathered."""
+    """One output per feature (logits as numpy), computed by the DP ranks in turn and gathered.
+
+    Every rank runs the same number of forwards (a ZeRO-3 forward gathers each layer's weights
+    from all of them): one left without features of its own repeats the first and drops it."""
     engine.eval()
     mine = list(range(layout.dp_rank, len(features), layout.data_parallel))
+    most = math.ceil(len(features) / layout.data_parallel)
     outputs = []
-    for first in range(0, len(mine), batch_size):
+    for first in range(0, most, batch_size):
         chunk = [features[i] for i in mine[first: first + batch_size]]
-        batch = {k: v.to(layout.device) for k, v in collate(chunk, task.kind, pad_id).items()}
+        batch = {k: v.to(layout.device) for k, v in collate(chunk or features[:1], task.kind, pad_id).items()}
         logits = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-        outputs += outputs_per_feature(task.kind, logits, batch["attention_mask"])
+        if chunk:
+            outputs += outputs_per_feature(task.kind, logits, batch["attention_mask"])
     gathered = [None] * layout.world_size
     dist.all_gather_object(gathered, (layout.dp_rank, layout.tp_rank, outputs))
     by_dp = {dp: out for dp, tp, out in gathered if tp == 0}
@@ -145,9 +155,8 @@ def run_once(job: FinetuneConfig, task: TaskData, start, layout, settings: RunSe
     from bert_ds.distributed import reseed
 
     reseed(layout, settings.seed, 0)  # dropout streams of this run
-    model = build_model(start, task, layout, settings.seed, job.head.bilstm)
     steps = math.ceil(len(task.train) / settings.batch_size)
-    engine, plan, notes = _engine(job, settings, model, layout, steps * settings.epochs, start.model_config, task)
+    model, engine, plan, notes = _model_and_engine(job, settings, start, task, layout, steps * settings.epochs)
     for note in notes:
         layout.say(note)
     pad_id = start.tokenizer.pad_id
