@@ -14,7 +14,7 @@ from bert_ds.training.scaling import Interconnect, estimate, estimate_text
 
 MEMORY_FORMULA = (
     "estimate: model states by the ZeRO paper's formula, activations by Korthikanti et al. 2022, "
-    "DeepSpeed's reduce bucket and fp32 gradient partition (bert_ds/training/footprint.py); "
+    "DeepSpeed's reduce bucket, fp32 gradient partition and ZeRO-3's gathered weights (bert_ds/training/footprint.py); "
     "not counted: CUDA context, fragmentation"
 )
 
