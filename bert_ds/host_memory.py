@@ -83,10 +83,7 @@ def tune_malloc_for_training(device_type: str, zero_stage: int, data_parallel: i
     faster (2.73 -> 2.31 s, 128 x 8, 2 threads, AMD EPYC with AVX512-BF16, 2026-12-01: the fp32
     gradient partition and the bf16 copy of the weights stop page-faulting every step).
     """
-    from bert_ds.distributed import is_gpu
-
-    partitions = zero_stage > 0 and data_parallel > 1
-    if is_gpu(device_type) or partitions or os.environ.get("BERT_DS_MALLOC_DEFAULTS", "0") == "1":
+    if _keeps_malloc_defaults(device_type) or _partitions(zero_stage, data_parallel):
         return False
     return keep_freed_memory_mapped()
 
@@ -104,9 +101,17 @@ def tune_malloc_for_partitioning(device_type: str, zero_stage: int, data_paralle
     weight each step); with real batches the multiplies dominate. Nothing happens on GPUs (their
     buffers live in the caching device allocator) or with BERT_DS_MALLOC_DEFAULTS=1.
     """
-    from bert_ds.distributed import is_gpu
-
-    partitions = zero_stage > 0 and data_parallel > 1
-    if is_gpu(device_type) or not partitions or os.environ.get("BERT_DS_MALLOC_DEFAULTS", "0") == "1":
+    if _keeps_malloc_defaults(device_type) or not _partitions(zero_stage, data_parallel):
         return False
     return return_freed_memory()
+
+
+def _keeps_malloc_defaults(device_type: str) -> bool:
+    """GPU runs (their buffers live in the device allocator) and BERT_DS_MALLOC_DEFAULTS=1."""
+    from bert_ds.distributed import is_gpu
+
+    return is_gpu(device_type) or os.environ.get("BERT_DS_MALLOC_DEFAULTS", "0") == "1"
+
+
+def _partitions(zero_stage: int, data_parallel: int) -> bool:
+    return zero_stage > 0 and data_parallel > 1
