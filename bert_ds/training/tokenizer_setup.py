@@ -4,21 +4,17 @@ vocabulary (built in), so the model shares ids with every Google/Hugging Face BE
 
 from __future__ import annotations
 
-import fcntl
 import os
 from pathlib import Path
 from typing import Optional
 
+from bert_ds.cache import cache_dir, exclusive
 from bert_ds.config import ConfigError
 from bert_ds.data.tokenizer import load_tokenizer, train_sentencepiece
 
 SAMPLE_VOCAB_SIZE = 8000
 REAL_CORPUS_TOKENIZER = {"base": "bert-base-uncased", "large": "bert-base-uncased"}
 """Preset -> the tokenizer used with your own --data when --tokenizer is not given."""
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("BERT_DS_CACHE", Path.home() / ".cache" / "bert_ds"))
 
 
 def sample_tokenizer_dir() -> Path:
@@ -57,9 +53,7 @@ def sample_tokenizer():
     first process train it and the others wait)."""
     target = sample_tokenizer_dir()
     model = target / "tokenizer.model"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f"{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive(target.parent / f"{target.name}.lock"):
         if not model.exists():
             from bert_ds.data.sources import iter_document_texts
 

@@ -1,0 +1,29 @@
+"""bert_ds's cache folder (BERT_DS_CACHE, default ~/.cache/bert_ds) and the lock that lets one
+process build a cached file while every other process that needs it waits.
+
+What lives there: the built-in sample's sentencepiece tokenizer and the record indexes of local
+JSON Lines and text sources (data/record_index.py). Point BERT_DS_CACHE at a shared file system
+on a cluster, so one process of the whole job builds each of them once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+from typing import Iterator
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("BERT_DS_CACHE", Path.home() / ".cache" / "bert_ds"))
+
+
+@contextlib.contextmanager
+def exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `lock_path` (created if missing). The kernel drops it when the
+    process dies, so a killed builder never leaves the others waiting."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
