@@ -219,7 +219,7 @@ def test_unreachable_hub_dataset_is_a_clear_error():
 
     code = (
         "from bert_ds.data.sources import parse_sources, load_source\n"
-        "load_source(parse_sources(['hf:wikimedia/wikipedia:20231101.en'])[0], 0, 0)\n"
+        "load_source(parse_sources(['hf:wikimedia/wikipedia:20231101.en'])[0])\n"
     )
     run = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

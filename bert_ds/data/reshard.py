@@ -3,10 +3,11 @@
 Guarantee: every document of the corpus is read by exactly one shard per epoch, before and after,
 and every example of the blocks that were being handed out is handed out exactly once. How:
 
-- Records: record i of an epoch belonged to old shard i mod K. Each old shard had read its
-  records up to the end of its current block (a cursor). The new shards keep a "consumed" layer
-  per epoch listing those cursors, split records by i mod K', and skip what a layer claims. They
-  start at the smallest old cursor (everything below it was consumed by someone).
+- Records: unit u of an epoch belonged to old shard (chunk of u) mod K (data/stream.py). Each old
+  shard had read its units up to the end of its current block (a cursor). The new shards keep a
+  "consumed" layer per epoch listing those cursors, split the units by chunk mod K', and skip
+  what a layer claims. They start at the smallest old cursor (everything below it was consumed
+  by someone).
 - Blocks in progress: their documents count as consumed (they lie below the cursors); the
   examples an old shard had not yet handed out are handed out by a new shard first ("tails"),
   rebuilt exactly as the old shard would have (same documents, same shuffle).
@@ -28,7 +29,7 @@ def initial_reader_state(shard_index: int, num_shards: int) -> dict:
     """A reader that has read nothing yet (SourceReader.state_dict() of a fresh reader)."""
     return dict(
         epoch=0, documents_this_epoch=0, records_this_epoch=0, started_at=0,
-        shard_index=shard_index, num_shards=num_shards, consumed=[], dataset=None,
+        shard_index=shard_index, num_shards=num_shards, consumed=[], ownership=None, dataset=None,
     )
 
 
@@ -42,7 +43,10 @@ def reshard_reader_states(old: list[dict], new_count: int) -> list[dict]:
             state["records_this_epoch"] if state["epoch"] == epoch else (BEYOND if state["epoch"] > epoch else 0)
             for state in old
         ]
-        layers.append(dict(epoch=epoch, stride=len(old), cursors=cursors))
+        # Every shard of a layout owns the epoch's units the same way (a fresh reader says None).
+        owned = [s.get("ownership", "records") for s in old if s["epoch"] == epoch]
+        ownership = next((way for way in owned if way is not None), "chunks")
+        layers.append(dict(epoch=epoch, stride=len(old), cursors=cursors, ownership=ownership))
     start = min((s for s in old if s["epoch"] == first_epoch), key=lambda s: s["records_this_epoch"])
     position = start["records_this_epoch"]
     # Layers of the first epoch that claim nothing at or after the start position are spent.
@@ -50,7 +54,8 @@ def reshard_reader_states(old: list[dict], new_count: int) -> list[dict]:
     return [
         dict(
             epoch=first_epoch, documents_this_epoch=0, records_this_epoch=position, started_at=position,
-            shard_index=k, num_shards=new_count, consumed=copy.deepcopy(layers), dataset=copy.deepcopy(start["dataset"]),
+            shard_index=k, num_shards=new_count, consumed=copy.deepcopy(layers), ownership="chunks",
+            dataset=copy.deepcopy(start["dataset"]),
         )
         for k in range(new_count)
     ]

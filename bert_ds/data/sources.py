@@ -1,4 +1,5 @@
-"""Corpus sources -> sharded, resumable document streams, built on `datasets` streaming.
+"""Corpus sources: their specs, their files, and their records (local files through
+data/record_index.py; hub datasets through `datasets` streaming).
 
 A source is written `[NAME=]LOCATION[@WEIGHT][#LAYOUT]`:
 - LOCATION is a local file, directory or glob of `.txt` (one document per file, or per blank-line
@@ -248,44 +249,52 @@ def _check_parquet_footers(source: DataSource, files: list[str]) -> None:
             )
 
 
-def load_source(source: DataSource, seed: int, epoch: int, txt_documents: str = "file"):
-    """A streaming `datasets.IterableDataset` for one source, files in a seeded per-epoch order."""
-    from datasets import load_dataset
-
-    if source.is_hub:
-        hub_id, _, config = source.location[3:].partition(":")
-        try:
-            return load_dataset(hub_id, config or None, split="train", streaming=True)
-        except Exception as error:  # network, unknown id, missing config: all end the same way
-            raise DataError(f"Data source {source.name!r}: cannot open hub dataset {hub_id!r}: {error}") from None
+def epoch_files(source: DataSource, seed: int, epoch: int) -> list[str]:
+    """A local source's files in the epoch's seeded order (the order its records are numbered in)."""
     files = local_files(source)
     order = np.random.default_rng([seed, epoch]).permutation(len(files))
-    files = [files[i] for i in order]
-    builder = _FORMATS[Path(files[0]).suffix]
-    options = {}
-    if builder == "text" and record_layout(source, files).blank_line_documents:
-        txt_documents = "blank_line"
-    if builder == "text":
-        if txt_documents not in ("file", "blank_line"):
-            raise DataError(f"txt_documents must be 'file' or 'blank_line', got {txt_documents!r}.")
-        # Lenient decoding: undecodable bytes become U+FFFD, which cleaning counts and drops.
-        options = dict(
-            sample_by="document" if txt_documents == "file" else "paragraph",
-            encoding="utf-8",
-            encoding_errors="replace",
-        )
-    return load_dataset(builder, data_files=files, split="train", streaming=True, **options)
+    return [files[i] for i in order]
 
 
-def document_stream(source: DataSource, seed: int, epoch: int, txt_documents: str = "file"):
-    """All documents of one source for one epoch, in a seeded order, as a resumable
-    `datasets.IterableDataset` of records with `text`.
+def blank_line_documents(source: DataSource, files: list[str], txt_documents: str = "file") -> bool:
+    """Whether the source's .txt files hold several documents separated by blank lines (its
+    layout says so, e.g. `lines`, or --txt-documents blank_line), rather than one per file."""
+    if txt_documents not in ("file", "blank_line"):
+        raise DataError(f"txt_documents must be 'file' or 'blank_line', got {txt_documents!r}.")
+    return record_layout(source, files).blank_line_documents or txt_documents == "blank_line"
 
-    Not split among shards here: every shard reads the whole record stream and keeps its own
-    records (stream.SourceReader), so a record's index is the same for every layout and a
-    checkpoint's position can be re-divided among a different number of shards.
-    """
-    return load_source(source, seed, epoch, txt_documents)
+
+def local_epoch(source: DataSource, seed: int, epoch: int, txt_documents: str = "file", opened: Optional[dict] = None):
+    """One epoch of a local source as data/record_index.py's EpochRecords (record r found without
+    reading the ones before it). `opened` keeps each file's index between epochs."""
+    from bert_ds.data.record_index import EpochRecords, file_records
+
+    files = epoch_files(source, seed, epoch)
+    group = record_layout(source, files).group
+    blank_lines = blank_line_documents(source, files, txt_documents)
+    opened = {} if opened is None else opened
+    for path in files:
+        if path not in opened:
+            opened[path] = file_records(source.name, path, group, blank_lines and path.endswith(".txt"))
+    return EpochRecords([opened[path] for path in files])
+
+
+def load_source(source: DataSource):
+    """A hub source as a streaming `datasets.IterableDataset` (resumable with its state_dict)."""
+    from datasets import load_dataset
+
+    hub_id, _, config = source.location[3:].partition(":")
+    try:
+        return load_dataset(hub_id, config or None, split="train", streaming=True)
+    except Exception as error:  # network, unknown id, missing config: all end the same way
+        raise DataError(f"Data source {source.name!r}: cannot open hub dataset {hub_id!r}: {error}") from None
+
+
+def document_stream(source: DataSource, seed: int, epoch: int, txt_documents: str = "file") -> Iterator[dict]:
+    """Every record of one source for one epoch, in order (local: files in the epoch's seeded order)."""
+    if source.is_hub:
+        return iter(load_source(source))
+    return local_epoch(source, seed, epoch, txt_documents).iter_records()
 
 
 def record_text(record: dict, source: DataSource, position: int) -> str:

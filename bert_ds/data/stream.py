@@ -8,9 +8,10 @@ block's number. The state is therefore tiny: where each source stood when the cu
 started, and how many of the block's examples were already handed out. Resuming re-reads that
 block and continues with the next unseen example.
 
-Shards split every source by record index (record i belongs to shard i mod num_shards), so a
-position means the same for any number of shards; data/reshard.py re-divides a stream's state
-among a new number of shards (another DP size or worker count).
+Shards split every source by chunks of records (chunk j of an epoch belongs to shard j mod
+num_shards; data/record_index.py says what a chunk is), so a shard reads only its own chunks of a
+local source, and a position means the same for any number of shards: data/reshard.py re-divides
+a stream's state among a new number of shards (another DP size or worker count).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from bert_ds.config import DataConfig
 from bert_ds.data.pairs import Document, Example, build_examples
-from bert_ds.data.sources import DataError, DataSource, document_stream, record_layout, record_text
+from bert_ds.data.sources import DataError, DataSource, load_source, local_epoch, record_layout, record_text
 from bert_ds.data.text import TextStats, clean_document, split_sentences
 
 # A block also ends when it holds this many tokens, bounding memory when documents are books.
@@ -39,10 +40,18 @@ class SourceReader:
     """Tokenized documents of one source for one shard, looping over epochs.
 
     The source's records are read in units of its layout's group (one record, or N consecutive
-    one-sentence records: data/layouts.py); "record i" below and every counter in the state mean
-    unit i. The shard keeps unit i of an epoch when i % num_shards == shard_index and no `consumed`
-    layer claims it. A layer, left by a re-division (data/reshard.py), describes what the shards
-    of an earlier layout already read: unit i of `epoch` was consumed when i < cursors[i % stride].
+    one-sentence records: data/layouts.py); "unit u" below and every counter in the state mean
+    unit u of the epoch. Units are owned by shards through their chunk (`ownership`):
+
+    - "chunks" (local sources): unit u belongs to the chunk holding its first record
+      (data/record_index.py) and chunk j to shard j % num_shards, so a shard seeks from one of its
+      chunks to the next and never reads the others';
+    - "records" (hub sources, which are one stream read from its start; and the data state of a
+      checkpoint written before chunks existed): unit u belongs to shard u % num_shards.
+
+    No `consumed` layer may claim a unit the shard keeps. A layer, left by a re-division
+    (data/reshard.py), describes what the shards of an earlier layout already read: unit u of
+    `epoch` was consumed when u < cursors[owner], its owner under the layer's stride and ownership.
     `max_characters` cuts each document's text (the start-up check reads books this way).
     """
 
@@ -54,15 +63,20 @@ class SourceReader:
         self.records_this_epoch = 0
         self.started_at = 0
         self.consumed: list[dict] = []
+        self.ownership = "records" if source.is_hub else "chunks"
         self._dataset = None
         self._records: Optional[Iterator[dict]] = None
         self._resume_from: Optional[dict] = None
+        self._epoch_records = None  # local: this epoch's EpochRecords
+        self._opened: dict = {}  # local: each file's index, kept across epochs
         self.layout = record_layout(source)
         self.max_characters: Optional[int] = None
         self.cut_documents = 0
 
     def state_dict(self) -> dict:
-        dataset_state = self._dataset.state_dict() if self._records is not None else self._resume_from
+        dataset_state = None
+        if self.source.is_hub:
+            dataset_state = self._dataset.state_dict() if self._records is not None else self._resume_from
         return dict(
             epoch=self.epoch,
             documents_this_epoch=self.documents_this_epoch,
@@ -71,6 +85,7 @@ class SourceReader:
             shard_index=self.shard_index,
             num_shards=self.num_shards,
             consumed=copy.deepcopy(self.consumed),
+            ownership=self.ownership,
             dataset=copy.deepcopy(dataset_state),
         )
 
@@ -81,35 +96,44 @@ class SourceReader:
         self.started_at = state["started_at"]
         self.shard_index, self.num_shards = state["shard_index"], state["num_shards"]
         self.consumed = copy.deepcopy(state["consumed"])
-        self._resume_from = copy.deepcopy(state["dataset"])
-        self._dataset, self._records = None, None
-
-    def _open(self) -> None:
-        try:
-            self._dataset = document_stream(self.source, self.config.seed, self.epoch, self.config.txt_documents)
-            if self._resume_from is not None:
-                self._dataset.load_state_dict(self._resume_from)
-                self._resume_from = None
-        except DataError:
-            raise
-        except Exception as error:  # `datasets` reads a JSON source's first records to open it
-            raise self._reader_error(error) from None
-        # `.iter(batch_size=1)` rather than `iter()`: inside a DataLoader worker, `datasets` would
-        # otherwise split the shards among workers on its own, on top of our sharding.
-        self._records = (
-            {name: values[0] for name, values in batch.items()} for batch in self._dataset.iter(batch_size=1)
-        )
+        # A state without the key predates chunks: its epoch continues by record.
+        self.ownership = "records" if self.source.is_hub else state.get("ownership", "records")
+        # A local source's position is records_this_epoch alone; a hub stream resumes from `datasets`' state.
+        self._resume_from = copy.deepcopy(state["dataset"]) if self.source.is_hub else None
+        self._dataset, self._records, self._epoch_records = None, None, None
 
     def _reader_error(self, error: Exception) -> DataError:
         detail = str(error) or f"the reader failed with {type(error).__name__}"
         return DataError(f"Data source {self.source.name!r} ({self.source.location}): {detail}")
 
-    def _is_mine(self, index: int) -> bool:
-        if index % self.num_shards != self.shard_index:
-            return False
-        return not any(
-            layer["epoch"] == self.epoch and index < layer["cursors"][index % layer["stride"]] for layer in self.consumed
+    # --- which units are this shard's ---------------------------------------------------------
+
+    def _chunk_of(self, unit: int, ownership: str) -> int:
+        if ownership == "records":
+            return unit
+        return self._epoch_records.chunk_of(unit * self.layout.group)
+
+    def _consumed_by_a_layer(self, unit: int) -> bool:
+        return any(
+            layer["epoch"] == self.epoch
+            and unit < layer["cursors"][self._chunk_of(unit, layer.get("ownership", "records")) % layer["stride"]]
+            for layer in self.consumed
         )
+
+    def _next_owned_unit(self, unit: int) -> int:
+        """The first unit at or after `unit` whose chunk is this shard's (local sources)."""
+        chunk = self._chunk_of(unit, self.ownership)
+        if chunk % self.num_shards == self.shard_index:
+            return unit
+        chunk += (self.shard_index - chunk) % self.num_shards
+        if self.ownership == "records":
+            return chunk
+        starts = self._epoch_records.chunk_starts
+        if chunk >= len(starts):
+            return BEYOND
+        return -(-int(starts[chunk]) // self.layout.group)  # the first unit starting in that chunk
+
+    # --- reading --------------------------------------------------------------------------------
 
     def _next_epoch(self) -> None:
         whole_epoch = self.started_at == 0 and not any(layer["epoch"] == self.epoch for layer in self.consumed)
@@ -122,23 +146,77 @@ class SourceReader:
         self.consumed = [layer for layer in self.consumed if layer["epoch"] > self.epoch]
         self.epoch += 1
         self.documents_this_epoch = self.records_this_epoch = self.started_at = 0
-        self._records = None
+        self.ownership = "records" if self.source.is_hub else "chunks"
+        self._records, self._epoch_records = None, None
 
-    def _next_unit(self) -> Optional[list[dict]]:
-        """The next `layout.group` records of this epoch (fewer at its end), or None at its end."""
-        if self._records is None:
-            self._open()
-        unit = []
+    def _next_local_unit(self) -> Optional[tuple[int, list[dict]]]:
+        """This shard's next unit of the epoch and its records, seeking past other shards' chunks."""
+        if self._epoch_records is None:
+            try:
+                self._epoch_records = local_epoch(self.source, self.config.seed, self.epoch,
+                                                  self.config.txt_documents, self._opened)
+            except DataError:
+                raise
+            except Exception as error:  # pyarrow on a damaged file, an I/O error
+                raise self._reader_error(error) from None
+        group = self.layout.group
+        units = -(-self._epoch_records.total // group)
+        unit = self.records_this_epoch
+        while unit < units:
+            owned = self._next_owned_unit(unit)
+            if owned != unit:
+                unit = owned
+                continue
+            self.records_this_epoch = unit + 1
+            if self._consumed_by_a_layer(unit):
+                unit += 1
+                continue
+            try:
+                return unit, self._epoch_records.read(unit * group, (unit + 1) * group)
+            except DataError:
+                raise
+            except Exception as error:  # a reader failing mid-file (corrupt row group, I/O error)
+                raise self._reader_error(error) from None
+        self.records_this_epoch = units
+        return None
+
+    def _open_hub(self) -> None:
         try:
-            while len(unit) < self.layout.group:
-                unit.append(next(self._records))
-        except StopIteration:
-            pass
+            self._dataset = load_source(self.source)
+            if self._resume_from is not None:
+                self._dataset.load_state_dict(self._resume_from)
+                self._resume_from = None
         except DataError:
             raise
-        except Exception as error:  # a reader failing mid-stream (corrupt shard, I/O error)
+        except Exception as error:
             raise self._reader_error(error) from None
-        return unit or None
+        # `.iter(batch_size=1)` rather than `iter()`: inside a DataLoader worker, `datasets` would
+        # otherwise split the shards among workers on its own, on top of our sharding.
+        self._records = (
+            {name: values[0] for name, values in batch.items()} for batch in self._dataset.iter(batch_size=1)
+        )
+
+    def _next_hub_unit(self) -> Optional[tuple[int, list[dict]]]:
+        """This shard's next unit of the hub stream, read past every other shard's."""
+        while True:
+            if self._records is None:
+                self._open_hub()
+            unit = []
+            try:
+                while len(unit) < self.layout.group:
+                    unit.append(next(self._records))
+            except StopIteration:
+                pass
+            except DataError:
+                raise
+            except Exception as error:  # a reader failing mid-stream (an I/O or network error)
+                raise self._reader_error(error) from None
+            if not unit:
+                return None
+            index = self.records_this_epoch
+            self.records_this_epoch += 1
+            if index % self.num_shards == self.shard_index and not self._consumed_by_a_layer(index):
+                return index, unit
 
     def _document(self, unit: list[dict], index: int) -> Document:
         first = index * self.layout.group
@@ -164,14 +242,11 @@ class SourceReader:
         """The next non-empty document of this shard as sentences of token ids; starts a new
         epoch at the end of the source."""
         while True:
-            unit = self._next_unit()
-            if unit is None:
+            found = self._next_hub_unit() if self.source.is_hub else self._next_local_unit()
+            if found is None:
                 self._next_epoch()
                 continue
-            index = self.records_this_epoch
-            self.records_this_epoch += 1
-            if not self._is_mine(index):
-                continue
+            index, unit = found
             document = self._document(unit, index)
             if document:
                 self.documents_this_epoch += 1

@@ -1,0 +1,461 @@
+"""Random access to a local source's records, so a loader shard reads only the chunks it keeps.
+
+An epoch of a local source is its files in the epoch's seeded order, each file's records in file
+order, so record r of the epoch is one fixed record of one fixed file. This module finds record r
+without reading what comes before it, from cheap metadata:
+
+    .parquet      row counts of the row groups, from the footers (no data read)
+    .jsonl/.json  byte offsets of evenly spaced lines, from one scan of the file, cached
+    .txt (book)   one record per file
+    .txt (lines)  positions of evenly spaced blank-line-separated documents, one scan, cached
+
+Scans are cached under BERT_DS_CACHE/record-index, keyed by the file's path, size and mtime, and
+built by one process while the others wait (bert_ds/cache.py); a point is kept every S records,
+S doubling so that a file keeps at most 65,536 points (reading from record r skips at most S-1
+records, about 1/65,536 of the file, unparsed).
+
+Chunks are the unit by which shards divide a source (data/stream.py: chunk j of an epoch belongs
+to shard j mod K). A chunk never crosses a file or a Parquet row group. Its size is the file's
+units / 64, rounded up, at most 1,024 units (a unit is a record, or N records for `sentences:N`):
+a small file gives every unit its own chunk (the sample's 60 Wikipedia articles, so any shard
+count stays balanced), a large one gives chunks big enough that reaching one costs nothing.
+A Parquet file of at least 64 row groups makes each row group one chunk (up to 1,024 units).
+A row group is decoded whole (its `text` column only), so in a file of fewer, larger row groups
+every shard with a chunk in one decodes all of it: write row groups of at most ~1,000 rows
+(`pyarrow.parquet.write_table(..., row_group_size=1000)`) and files of at least 64 of them.
+
+Records are what the `datasets` readers yield for the same files: a .txt file is one record,
+decoded as UTF-8 with undecodable bytes replaced and universal newlines; blank-line documents are
+split as `datasets`' text reader splits them (`text.split("\\n\\n")`, empty pieces dropped); JSON
+Lines skip blank lines and, as pyarrow does, also end a line at a lone CR; a .json file holding
+one array is its elements (read whole: it cannot be seeked into).
+"""
+
+from __future__ import annotations
+
+import bisect
+import codecs
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+
+from bert_ds.errors import DataError
+
+MIN_CHUNKS_PER_FILE = 64
+MAX_CHUNK_UNITS = 1024
+MAX_POINTS = 65_536
+INDEX_VERSION = 1
+ANNOUNCE_BYTES = 1 << 28
+"""Files larger than this say so on stderr while their index is built."""
+
+
+def chunk_size(records: int, group: int) -> int:
+    """Records per chunk of a file of `records` records, for documents of `group` records."""
+    units = math.ceil(records / group)
+    return group * min(max(math.ceil(units / MIN_CHUNKS_PER_FILE), 1), MAX_CHUNK_UNITS)
+
+
+class _Points:
+    """Evenly spaced seek points of one sequential scan: (record number, position, line number),
+    one every `stride` records, the stride doubling to keep at most MAX_POINTS."""
+
+    def __init__(self):
+        self.points: list[list[int]] = []
+        self.stride = 1
+
+    def due(self, record: int) -> bool:
+        return not self.points or record >= self.points[-1][0] + self.stride
+
+    def add(self, record: int, position: int, line: int) -> None:
+        self.points.append([record, position, line])
+        if len(self.points) > MAX_POINTS:
+            self.points = self.points[::2]
+            self.stride *= 2
+
+
+def _cached_scan(path: str, kind: str, scan) -> dict:
+    """`scan(path)`'s result from the cache, computed (under a lock) on first use."""
+    from bert_ds.cache import cache_dir, exclusive
+
+    status = os.stat(path)
+    key = json.dumps([os.path.realpath(path), status.st_size, status.st_mtime_ns, kind, INDEX_VERSION])
+    name = hashlib.sha1(key.encode()).hexdigest()
+    folder = cache_dir() / "record-index"
+    target = folder / f"{name}.json"
+    try:
+        if not target.exists():
+            with exclusive(folder / f"{name}.lock"):
+                if not target.exists():
+                    if status.st_size > ANNOUNCE_BYTES:
+                        print(f"bert_ds: indexing {path} ({status.st_size / 2**30:.1f} GiB) once, into {folder} "
+                              "(2-3 s per GiB)", file=sys.stderr, flush=True)
+                    index = scan(path)
+                    staging = target.with_name(f"{name}.tmp{os.getpid()}")
+                    staging.write_text(json.dumps(dict(index, path=path, kind=kind)))
+                    os.replace(staging, target)
+        return json.loads(target.read_text())
+    except OSError as error:
+        raise DataError(f"Cannot write the record index of {path} into {folder}: {error.strerror}; "
+                        "set BERT_DS_CACHE to a writable folder.") from None
+
+
+class FileRecords:
+    """One file's records by number; `read(start, stop)` continues without seeking when called
+    in order. `records_read` / `bytes_read` count what was parsed and read from disk."""
+
+    count: int
+    chunk_starts: list[int]
+
+    def __init__(self, source_name: str, path: str, group: int):
+        self.source_name, self.path, self.group = source_name, path, group
+        self.records_read = 0
+        self.bytes_read = 0
+
+    def _chunks(self, boundaries: list[int], size: int) -> list[int]:
+        """Chunk starts of the file for chunks of `size` records, never crossing one of
+        `boundaries` (row-group starts)."""
+        starts = []
+        for begin, end in zip(boundaries, boundaries[1:] + [self.count]):
+            starts.extend(range(begin, end, size))
+        return starts
+
+    def _error(self, detail: str) -> DataError:
+        return DataError(f"Data source {self.source_name!r}: {self.path} {detail}")
+
+    def read(self, start: int, stop: int) -> list[dict]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class ParquetRecords(FileRecords):
+    def __init__(self, source_name: str, path: str, group: int):
+        import pyarrow.parquet as pq
+
+        super().__init__(source_name, path, group)
+        with pq.ParquetFile(path) as footer:  # closed again: a source may have thousands of files
+            metadata, schema = footer.metadata, footer.schema_arrow
+        self._file = None
+        rows = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+        self._group_starts = [int(s) for s in np.cumsum([0] + rows[:-1])] if rows else [0]
+        self.count = int(sum(rows))
+        column = schema.get_field_index("text")
+        self._group_bytes = [metadata.row_group(g).column(column).total_compressed_size for g in range(len(rows))]
+        self.chunk_starts = self._chunks(self._group_starts, self._chunk_records(rows)) if self.count else []
+        self._decoded: tuple[int, list] = (-1, [])
+
+    def _chunk_records(self, rows: list[int]) -> int:
+        size = chunk_size(self.count, self.group)
+        if len(rows) >= MIN_CHUNKS_PER_FILE:
+            # Row groups enough to share among shards: each is one chunk (up to the largest
+            # chunk), so a shard decodes only its own row groups.
+            size = max(size, min(max(rows), MAX_CHUNK_UNITS * self.group))
+        return size
+
+    def _row_group(self, g: int) -> list:
+        if self._decoded[0] != g:
+            if self._file is None:
+                import pyarrow.parquet as pq
+
+                self._file = pq.ParquetFile(self.path)
+            texts = self._file.read_row_group(g, columns=["text"]).column(0).to_pylist()
+            self.records_read += len(texts)
+            self.bytes_read += self._group_bytes[g]
+            self._decoded = (g, texts)
+        return self._decoded[1]
+
+    def read(self, start: int, stop: int) -> list[dict]:
+        records = []
+        while start < stop:
+            g = bisect.bisect_right(self._group_starts, start) - 1
+            texts = self._row_group(g)
+            begin = self._group_starts[g]
+            end = min(stop, begin + len(texts))
+            records.extend({"text": text} for text in texts[start - begin:end - begin])
+            start = end
+        return records
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._file, self._decoded = None, (-1, [])
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(record: dict) -> dict:
+    """JSON may escape a lone surrogate (\\ud800), which no UTF-8 text can hold: it becomes U+FFFD,
+    as an undecodable byte of a .txt file does, and cleaning counts it."""
+    if isinstance(record.get("text"), str):
+        record["text"] = _LONE_SURROGATE.sub("\ufffd", record["text"])
+    return record
+
+
+def _line_records(line: bytes) -> list[bytes]:
+    """The non-blank records of one `\\n`-ended line; a lone CR also ends a record (pyarrow)."""
+    pieces = line.split(b"\r") if b"\r" in line else [line]
+    return [piece for piece in pieces if piece.strip()]
+
+
+def _scan_json_lines(path: str) -> dict:
+    points, record, line_number = _Points(), 0, 0
+    with open(path, "rb") as handle:
+        head = handle.read(64).lstrip()
+        if head.removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"["):
+            return dict(array=True, count=len(_json_array(path)), points=[], stride=1)
+        handle.seek(0)
+        position = 0
+        for line in handle:
+            line_number += 1
+            found = len(_line_records(line))
+            if found and points.due(record):
+                points.add(record, position, line_number)
+            record += found
+            position += len(line)
+    return dict(array=False, count=record, points=points.points, stride=points.stride)
+
+
+def _json_array(path: str) -> list:
+    with open(path, "rb") as handle:
+        content = handle.read().removeprefix(codecs.BOM_UTF8)
+    try:
+        records = json.loads(content)
+    except ValueError as error:
+        raise DataError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(records, list):
+        raise DataError(f"{path} holds one JSON value, not records (one object per line, or an array of them)")
+    return records
+
+
+class JsonLinesRecords(FileRecords):
+    def __init__(self, source_name: str, path: str, group: int):
+        super().__init__(source_name, path, group)
+        try:
+            index = _cached_scan(path, "jsonl", _scan_json_lines)
+        except DataError as error:
+            raise DataError(f"Data source {source_name!r}: {error}") from None
+        self.count, self.array = index["count"], index["array"]
+        self._points = index["points"]
+        self._point_records = [point[0] for point in self._points]
+        self.chunk_starts = self._chunks([0], chunk_size(self.count, group)) if self.count else []
+        self._handle = None
+        self._next = None  # (record number, line number) the open handle stands at
+        self._pending: list[tuple[bytes, int]] = []  # records of a line read past
+        self._array: Optional[list] = None
+
+    def _parse(self, raw: bytes, line: int) -> dict:
+        try:
+            value = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise self._error(f"line {line} is not valid JSON: {error}") from None
+        if not isinstance(value, dict):
+            raise self._error(f"line {line} is {type(value).__name__ if value is not None else 'null'}; "
+                              "every line must be a JSON object with a 'text' field.")
+        return _without_lone_surrogates(value)
+
+    def _seek(self, start: int) -> None:
+        if self._handle is None:
+            self._handle = open(self.path, "rb")
+        point = self._points[bisect.bisect_right(self._point_records, start) - 1]
+        self._handle.seek(point[1])
+        self._next, self._pending = (point[0], point[2] - 1), []
+
+    def _read_line(self) -> list[tuple[bytes, int]]:
+        line = self._handle.readline()
+        if not line:
+            raise self._error(f"ended before record {self._next[0]}: it changed while being read")
+        self.bytes_read += len(line)
+        number = self._next[1] + 1
+        if number == 1:
+            line = line.removeprefix(codecs.BOM_UTF8)
+        self._next = (self._next[0], number)
+        return [(raw, number) for raw in _line_records(line)]
+
+    def read(self, start: int, stop: int) -> list[dict]:
+        if self.array:
+            if self._array is None:
+                self._array = _json_array(self.path)
+                self.bytes_read += os.path.getsize(self.path)
+            self.records_read += stop - start
+            for offset, value in enumerate(self._array[start:stop]):
+                if not isinstance(value, dict):
+                    raise self._error(f"record {start + offset} is not a JSON object with a 'text' field.")
+            return [_without_lone_surrogates(value) for value in self._array[start:stop]]
+        if self._next is None or self._next[0] != start:
+            self._seek(start)
+        records = []
+        while self._next[0] < stop:
+            if not self._pending:
+                self._pending = self._read_line()
+                continue
+            raw, line = self._pending.pop(0)
+            if self._next[0] >= start:
+                records.append(self._parse(raw, line))
+                self.records_read += 1
+            self._next = (self._next[0] + 1, self._next[1])
+        return records
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+        self._handle, self._next, self._pending, self._array = None, None, [], None
+
+
+def _open_text(path: str):
+    # As `datasets`' text reader: UTF-8, undecodable bytes replaced, universal newlines.
+    return open(path, encoding="utf-8", errors="replace")
+
+
+def _paragraphs(handle, points: Optional[_Points] = None, first: int = 0) -> Iterator[str]:
+    """Blank-line-separated documents from the handle's position, exactly as `datasets` splits
+    them (`text.split("\\n\\n")`, empty pieces dropped). A separator always ends at a line's end,
+    so after one the next document starts at the next line: the positions kept in `points`."""
+    buffer, emitted, line_number = "", first, 0
+    while True:
+        if not buffer and points is not None and points.due(emitted):
+            points.add(emitted, handle.tell(), line_number)
+        line = handle.readline()
+        if not line:
+            break
+        line_number += 1
+        buffer += line
+        if buffer.endswith("\n\n"):
+            if len(buffer) > 2:
+                yield buffer[:-2]
+                emitted += 1
+            buffer = ""
+    if buffer:
+        yield buffer
+
+
+def _scan_paragraphs(path: str) -> dict:
+    points = _Points()
+    with _open_text(path) as handle:
+        count = sum(1 for _ in _paragraphs(handle, points))
+    kept = [point for point in points.points if point[0] < count]
+    return dict(count=count, points=kept, stride=points.stride)
+
+
+class ParagraphRecords(FileRecords):
+    def __init__(self, source_name: str, path: str, group: int):
+        super().__init__(source_name, path, group)
+        index = _cached_scan(path, "paragraphs", _scan_paragraphs)
+        self.count, self._points = index["count"], index["points"]
+        self._point_records = [point[0] for point in self._points]
+        self.chunk_starts = self._chunks([0], chunk_size(self.count, group)) if self.count else []
+        self._handle, self._iterator, self._next = None, None, None
+
+    def read(self, start: int, stop: int) -> list[dict]:
+        if self._next != start:
+            if self._handle is None:
+                self._handle = _open_text(self.path)
+            point = self._points[bisect.bisect_right(self._point_records, start) - 1]
+            self._handle.seek(point[1])
+            self._iterator, self._next = _paragraphs(self._handle, first=point[0]), point[0]
+        records = []
+        for text in self._iterator:
+            self.bytes_read += len(text.encode("utf-8", "replace")) + 2
+            if self._next >= start:
+                records.append({"text": text})
+                self.records_read += 1
+            self._next += 1
+            if self._next >= stop:
+                break
+        return records
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+        self._handle, self._iterator, self._next = None, None, None
+
+
+class TextFileRecords(FileRecords):
+    def __init__(self, source_name: str, path: str, group: int):
+        super().__init__(source_name, path, group)
+        self.count, self.chunk_starts = 1, [0]
+
+    def read(self, start: int, stop: int) -> list[dict]:
+        if start >= stop:
+            return []
+        with _open_text(self.path) as handle:
+            text = handle.read()
+        self.records_read += 1
+        self.bytes_read += os.path.getsize(self.path)
+        return [{"text": text}]
+
+
+def file_records(source_name: str, path: str, group: int, blank_line_documents: bool) -> FileRecords:
+    suffix = Path(path).suffix
+    if suffix == ".parquet":
+        return ParquetRecords(source_name, path, group)
+    if suffix in (".jsonl", ".json"):
+        return JsonLinesRecords(source_name, path, group)
+    if blank_line_documents:
+        return ParagraphRecords(source_name, path, group)
+    return TextFileRecords(source_name, path, group)
+
+
+class EpochRecords:
+    """One epoch of a local source: its files in the epoch's order, read by record number, with
+    the epoch's chunk table (chunk j's first record is `chunk_starts[j]`)."""
+
+    def __init__(self, files: list[FileRecords]):
+        self.files = files
+        counts = [f.count for f in files]
+        self.file_starts = [int(s) for s in np.cumsum([0] + counts[:-1])] if files else [0]
+        self.total = int(sum(counts))
+        self.chunk_starts = np.array(
+            [start + c for f, start in zip(files, self.file_starts) for c in f.chunk_starts], dtype=np.int64
+        )
+        self._current: Optional[FileRecords] = None  # the one file kept open
+
+    def chunk_of(self, record: int) -> int:
+        return int(np.searchsorted(self.chunk_starts, record, side="right")) - 1
+
+    def read(self, start: int, stop: int) -> list[dict]:
+        """Records [start, stop) of the epoch (fewer at its end)."""
+        stop = min(stop, self.total)
+        records = []
+        while start < stop:
+            k = bisect.bisect_right(self.file_starts, start) - 1
+            while self.files[k].count == 0:
+                k += 1
+            begin = self.file_starts[k]
+            end = min(stop, begin + self.files[k].count)
+            records.extend(self._file(k).read(start - begin, end - begin))
+            start = end
+        return records
+
+    def _file(self, k: int) -> FileRecords:
+        """File k, closing the one read before it (one open file per reader, however many files)."""
+        if self._current is not None and self._current is not self.files[k]:
+            self._current.close()
+        self._current = self.files[k]
+        return self._current
+
+    def iter_records(self) -> Iterator[dict]:
+        for k, f in enumerate(self.files):
+            for start in range(0, f.count, 1024):
+                yield from self._file(k).read(start, min(start + 1024, f.count))
+        self.close()
+
+    @property
+    def records_read(self) -> int:
+        return sum(f.records_read for f in self.files)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(f.bytes_read for f in self.files)
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
