@@ -1,8 +1,10 @@
 import os
+from pathlib import Path
 
 import pytest
 import torch
 
+from bert_ds.cache import exclusive
 from bert_ds.config import model_preset
 from bert_ds.distributed import init_parallel, teardown_parallel
 
@@ -17,17 +19,26 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
 
 
+def _shared_dir(tmp_path_factory, name: str) -> Path:
+    """A folder shared by this session's pytest workers (pytest-xdist: the workers' temporary
+    folders sit in one folder per run), so what a fixture builds there is built once per run,
+    under a lock (bert_ds/cache.py), not once per worker."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return root / name
+
+
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory):
-    """One BERT_DS_CACHE for the whole session, the sample corpus's sentencepiece tokenizer
-    trained into it here, once (about 35 s on 2 cores), not by the first job that needs it."""
-    cache = str(tmp_path_factory.mktemp("bert_ds_cache"))
+    """One BERT_DS_CACHE for the whole run, the sample corpus's sentencepiece tokenizer trained
+    into it here, once (about 35 s on 2 cores), not by the first job that needs it."""
+    cache = _shared_dir(tmp_path_factory, "bert_ds_cache")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("BERT_DS_CACHE", cache)
+        patch.setenv("BERT_DS_CACHE", str(cache))
         from bert_ds.training.tokenizer_setup import sample_tokenizer
 
-        sample_tokenizer()
-    return cache
+        sample_tokenizer()  # locked: one worker trains, the other waits and loads
+    return str(cache)
 
 
 @pytest.fixture(scope="session")
@@ -43,9 +54,15 @@ def layout():
 def sample_tokenizer(tmp_path_factory):
     """A sentencepiece tokenizer trained on the built-in sample corpus (small vocab: fast)."""
     from bert_ds.data.sources import iter_document_texts
-    from bert_ds.data.tokenizer import train_sentencepiece
+    from bert_ds.data.tokenizer import load_tokenizer, train_sentencepiece
 
-    return train_sentencepiece(iter_document_texts(None), tmp_path_factory.mktemp("tokenizer"), vocab_size=2000)
+    folder = _shared_dir(tmp_path_factory, "tokenizer-2000")
+    with exclusive(folder.with_suffix(".lock")):
+        if not (folder / "tokenizer.model").exists():
+            staging = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+            train_sentencepiece(iter_document_texts(None), staging, vocab_size=2000)
+            os.replace(staging, folder)
+    return load_tokenizer(folder / "tokenizer.model")
 
 
 @pytest.fixture(scope="session")
@@ -68,12 +85,14 @@ def pretrained_tiny(tmp_path_factory, shared_cache):
     tokenizer stored beside it): the --init of fine-tuning tests."""
     from tests.helpers import run_pretrain
 
-    root = tmp_path_factory.mktemp("pretrained_tiny")
-    result = run_pretrain(
-        ["--preset", "tiny", "--train-steps", "20", "--log-interval", "10", "--save", str(root / "ckpt")],
-        cache_dir=shared_cache,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    root = _shared_dir(tmp_path_factory, "pretrained_tiny")
+    with exclusive(root.with_suffix(".lock")):  # one worker trains it, the other waits
+        if not (root / "ckpt" / "latest").exists():
+            result = run_pretrain(
+                ["--preset", "tiny", "--train-steps", "20", "--log-interval", "10", "--save", str(root / "ckpt")],
+                cache_dir=shared_cache,
+            )
+            assert result.returncode == 0, result.stderr[-3000:]
     return str(root / "ckpt")
 
 

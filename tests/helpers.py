@@ -101,9 +101,22 @@ def run_pretrain(args: list[str], nproc: int = 1, cache_dir: str | None = None, 
     return run_entrypoint("bert_ds/pretrain.py", args, nproc, cache_dir, timeout)
 
 
-def run_entrypoint(script: str, args: list[str], nproc: int = 1, cache_dir: str | None = None, timeout: int = 300):
+def run_pretrain_together(jobs: list[list[str]], cache_dir: str | None = None, timeout: int = 300):
+    """Single-process pre-training jobs run at the same time, one thread each: a small model's
+    matrices keep two threads of one job only partly busy, two jobs keep both cores busy."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        running = [pool.submit(run_entrypoint, "bert_ds/pretrain.py", args, 1, cache_dir, timeout, threads=1)
+                   for args in jobs]
+        return [job.result() for job in running]
+
+
+def run_entrypoint(script: str, args: list[str], nproc: int = 1, cache_dir: str | None = None, timeout: int = 300,
+                   threads: int | None = None):
     """`python SCRIPT ARGS` (nproc=1) or `torchrun --nproc_per_node N SCRIPT ARGS`, SCRIPT relative
-    to the repository: a real job in fresh processes."""
+    to the repository: a real job in fresh processes (`threads` per process: default 2 for one
+    process, 1 for each of several)."""
     import subprocess
     import sys
 
@@ -116,7 +129,7 @@ def run_entrypoint(script: str, args: list[str], nproc: int = 1, cache_dir: str 
             f"--master_port={free_port()}", script, *args,
         ]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env["OMP_NUM_THREADS"] = "1" if nproc > 1 else "2"
+    env["OMP_NUM_THREADS"] = str(threads or (1 if nproc > 1 else 2))
     if cache_dir:
         env["BERT_DS_CACHE"] = cache_dir
     # A session of its own: on a timeout the whole job (launcher and every rank) is killed, so a
