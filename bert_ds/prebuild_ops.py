@@ -8,6 +8,12 @@ Even a built op goes through torch's JIT loader at every start: it takes a `lock
 op's build folder for about a second while ninja checks the build. A job killed in that second
 leaves the lock, and every later job waits on it forever (torch's FileBaton has no owner and no
 timeout). `clear_stale_locks` removes a lock older than any build takes, with a warning.
+
+That check must always be made by the same ninja: ninja 1.11 and 1.12+ hash build commands
+differently, so a job whose PATH finds the system's ninja after one that found the venv's (a
+launcher's environment, an activated venv or not) rebuilds every op from scratch, and so does the
+next one. `use_pinned_ninja` puts the interpreter's own bin folder, where requirements.txt's ninja
+is installed, first on PATH.
 """
 
 from __future__ import annotations
@@ -23,9 +29,19 @@ STALE_LOCK_S = 600.0
 """A build lock older than this is a killed job's: building an op from scratch takes 30-110 s."""
 
 
+def use_pinned_ninja() -> None:
+    """Find `ninja` beside this interpreter first (the pinned one), if it is there."""
+    bin_folder = os.path.dirname(sys.executable)
+    if os.access(os.path.join(bin_folder, "ninja"), os.X_OK):
+        path = os.environ.get("PATH", "")
+        if path.split(os.pathsep)[0] != bin_folder:
+            os.environ["PATH"] = os.pathsep.join([bin_folder, path]) if path else bin_folder
+
+
 def prebuild() -> None:
     from deepspeed.accelerator import get_accelerator
 
+    use_pinned_ninja()
     accelerator = get_accelerator()
     if accelerator.device_name() != "cpu":
         print(f"prebuild_ops: accelerator {accelerator.device_name()!r}: nothing to build ahead")
@@ -72,8 +88,9 @@ def clear_stale_locks(folders: list[Path], max_age_s: float = STALE_LOCK_S) -> l
 
 
 def clear_stale_op_locks() -> None:
-    """`clear_stale_locks` for this machine's op folders, by one process per node (LOCAL_RANK 0):
-    the others, waiting on a stale lock, go on once it is gone."""
+    """Before an op load: the pinned ninja, and `clear_stale_locks` for this machine's op folders,
+    by one process per node (LOCAL_RANK 0): the others, waiting on a stale lock, go on once it is gone."""
+    use_pinned_ninja()
     if os.environ.get("LOCAL_RANK", "0") == "0":
         clear_stale_locks(op_build_folders())
 

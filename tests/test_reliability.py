@@ -158,6 +158,23 @@ def test_a_build_lock_left_by_a_killed_job_does_not_hang_the_next(tmp_path, cach
     assert f"warning: removed {lock}, a build lock" in result.stderr
 
 
+def test_ops_are_always_checked_by_the_pinned_ninja(monkeypatch):
+    """ninja 1.11 (a system's) and 1.12+ (requirements.txt's) hash build commands differently: a job
+    finding the other one rebuilt every op (50 s here). Every job puts the venv's ninja first."""
+    import shutil
+    import sys
+
+    from bert_ds.prebuild_ops import use_pinned_ninja
+
+    venv_bin = os.path.dirname(sys.executable)
+    assert os.access(os.path.join(venv_bin, "ninja"), os.X_OK)  # installed from requirements.txt
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")  # a launcher's PATH, no venv
+    use_pinned_ninja()
+    assert shutil.which("ninja") == os.path.join(venv_bin, "ninja")
+    use_pinned_ninja()  # once is enough: no second copy
+    assert os.environ["PATH"] == f"{venv_bin}:/usr/local/bin:/usr/bin:/bin"
+
+
 def test_a_collective_that_lost_its_peer_is_told_apart_from_other_errors():
     """What gloo raises when the other end is gone, and torch's distributed error types, become
     pretrain.py's one-line "lost contact" error; an unrelated RuntimeError keeps its traceback."""
