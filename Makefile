@@ -20,7 +20,8 @@ $(STAMP): requirements.txt pyproject.toml
 # Two pytest workers, each running whole test files (--dist loadfile: a file's module-scoped
 # Slurm cluster is started once): most tests are real multi-process jobs that leave about a third
 # of two cores idle, so the suite took 32 min instead of 40 on the 2-core dev machine (2026-12-02).
-TEST_WORKERS ?= 2
+# One worker per core (2 to 8): a machine with more cores than the dev machine's two uses them.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 8 ] && n=8; [ $$n -lt 2 ] && n=2; echo $$n)
 
 test: install
 	OMP_NUM_THREADS=2 $(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile --durations=30
