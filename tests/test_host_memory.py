@@ -84,8 +84,12 @@ def test_partitioned_runs_return_freed_buffers_to_the_os():
         assert out.returncode == 0, out.stderr
         return int(out.stdout.split()[-1])
 
-    assert retained_mib("default") >= 15  # the freed 16 MiB stays resident, a hole under the partition
-    assert retained_mib("return") <= 6  # only the 4 MiB partition stays
+    # Both include the 4 MiB partition and a few MiB of the interpreter's own (2-4 MiB: 6 and 21-22
+    # in this checkout, 7-8 and 23-24 in a fresh clone, 2026-12-03); the 16 MiB hole is the difference.
+    default, returned = retained_mib("default"), retained_mib("return")
+    assert default >= 15  # the freed 16 MiB stays resident, a hole under the partition
+    assert default - returned >= 14, (default, returned)  # the hole went back to the OS
+    assert returned <= 8, returned  # the partition and the interpreter's few MiB, no hole
 
 
 def test_only_cpu_runs_that_partition_return_freed_memory(monkeypatch):
