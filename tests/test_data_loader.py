@@ -153,7 +153,7 @@ def test_record_without_text_is_named(sample_tokenizer, tmp_path):
     path = tmp_path / "articles.jsonl"
     path.write_text(json.dumps({"text": "Fine. Text."}) + "\n" + json.dumps({"body": "no text field"}) + "\n")
     stream = ExampleStream(parse_sources([f"wiki={path}"]), sample_tokenizer, _config())
-    with pytest.raises(DataError, match=r"'wiki'.*record 1 has no text field 'text'"):
+    with pytest.raises(DataError, match=r"'wiki': .*articles.jsonl line 2 has no 'text' field \(fields: \['body'\]\)"):
         list(itertools.islice(iter(stream), 10))
 
 

@@ -91,7 +91,7 @@ def test_bad_json_line_is_named_with_its_file_and_line(tmp_path):
     with pytest.raises(DataError, match=r"'bad': .*bad.jsonl line 3 is not valid JSON"):
         list(local_epoch(DataSource("bad", str(path)), 0, 0).iter_records())
     path.write_text('{"text": "fine"}\n[1, 2]\n')
-    with pytest.raises(DataError, match=r"bad.jsonl line 2 is list; every line must be a JSON object"):
+    with pytest.raises(DataError, match=r"bad.jsonl line 2 is an array, not a JSON object with a 'text' field"):
         list(local_epoch(DataSource("bad", str(path)), 0, 0).iter_records())
 
 

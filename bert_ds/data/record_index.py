@@ -5,7 +5,8 @@ order, so record r of the epoch is one fixed record of one fixed file. This modu
 without reading what comes before it, from cheap metadata:
 
     .parquet      row counts of the row groups, from the footers (no data read)
-    .jsonl/.json  byte offsets of evenly spaced lines, from one scan of the file, cached
+    .jsonl/.json  byte offsets of evenly spaced lines, from one scan of the file that also checks
+                  every record (data/json_records.py), cached
     .txt (book)   one record per file
     .txt (lines)  positions of evenly spaced blank-line-separated documents, one scan, cached
 
@@ -34,12 +35,10 @@ one array is its elements (read whole: it cannot be seeked into).
 from __future__ import annotations
 
 import bisect
-import codecs
 import hashlib
 import json
 import math
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Iterator, Optional
@@ -51,9 +50,12 @@ from bert_ds.errors import DataError
 MIN_CHUNKS_PER_FILE = 64
 MAX_CHUNK_UNITS = 1024
 MAX_POINTS = 65_536
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 ANNOUNCE_BYTES = 1 << 28
 """Files larger than this say so on stderr while their index is built."""
+SECONDS_PER_GIB = {"jsonl": "6-21", "paragraphs": "about 3"}
+"""Index build time, measured on a 2-core AMD EPYC (JSON Lines: every record parsed and checked;
+short records cost the most)."""
 
 
 def chunk_size(records: int, group: int) -> int:
@@ -62,7 +64,7 @@ def chunk_size(records: int, group: int) -> int:
     return group * min(max(math.ceil(units / MIN_CHUNKS_PER_FILE), 1), MAX_CHUNK_UNITS)
 
 
-class _Points:
+class SeekPoints:
     """Evenly spaced seek points of one sequential scan: (record number, position, line number),
     one every `stride` records, the stride doubling to keep at most MAX_POINTS."""
 
@@ -74,35 +76,52 @@ class _Points:
         return not self.points or record >= self.points[-1][0] + self.stride
 
     def add(self, record: int, position: int, line: int) -> None:
-        self.points.append([record, position, line])
+        self.extend([[record, position, line]])
+
+    def room(self) -> int:
+        """Points that can be added before (and including) the one that halves them."""
+        return MAX_POINTS + 1 - len(self.points)
+
+    def extend(self, points: list[list[int]]) -> None:
+        """Points due one after another, at most `room()` of them."""
+        self.points.extend(points)
         if len(self.points) > MAX_POINTS:
             self.points = self.points[::2]
             self.stride *= 2
 
 
-def _cached_scan(path: str, kind: str, scan) -> dict:
-    """`scan(path)`'s result from the cache, computed (under a lock) on first use."""
-    from bert_ds.cache import cache_dir, exclusive
+def index_file(path: str, kind: str) -> Path:
+    """Where the cached scan of `path` (of this size and mtime) is kept."""
+    from bert_ds.cache import cache_dir
 
     status = os.stat(path)
     key = json.dumps([os.path.realpath(path), status.st_size, status.st_mtime_ns, kind, INDEX_VERSION])
-    name = hashlib.sha1(key.encode()).hexdigest()
-    folder = cache_dir() / "record-index"
-    target = folder / f"{name}.json"
+    return cache_dir() / "record-index" / f"{hashlib.sha1(key.encode()).hexdigest()}.json"
+
+
+def cached_scan(path: str, kind: str, scan, wait: bool = True) -> Optional[dict]:
+    """`scan(path)`'s result from the cache, computed (under a lock) on first use. Without
+    `wait`, None while another process computes it."""
+    from bert_ds.cache import exclusive
+
+    target = index_file(path, kind)
     try:
         if not target.exists():
-            with exclusive(folder / f"{name}.lock"):
+            with exclusive(target.with_suffix(".lock"), wait) as held:
+                if not held:
+                    return None
                 if not target.exists():
-                    if status.st_size > ANNOUNCE_BYTES:
-                        print(f"bert_ds: indexing {path} ({status.st_size / 2**30:.1f} GiB) once, into {folder} "
-                              "(2-3 s per GiB)", file=sys.stderr, flush=True)
+                    size = os.path.getsize(path)
+                    if size > ANNOUNCE_BYTES:
+                        print(f"bert_ds: indexing {path} ({size / 2**30:.1f} GiB) once, into {target.parent} "
+                              f"({SECONDS_PER_GIB[kind]} s per GiB)", file=sys.stderr, flush=True)
                     index = scan(path)
-                    staging = target.with_name(f"{name}.tmp{os.getpid()}")
+                    staging = target.with_name(f"{target.stem}.tmp{os.getpid()}")
                     staging.write_text(json.dumps(dict(index, path=path, kind=kind)))
                     os.replace(staging, target)
         return json.loads(target.read_text())
     except OSError as error:
-        raise DataError(f"Cannot write the record index of {path} into {folder}: {error.strerror}; "
+        raise DataError(f"Cannot write the record index of {path} into {target.parent}: {error.strerror}; "
                         "set BERT_DS_CACHE to a writable folder.") from None
 
 
@@ -191,133 +210,12 @@ class ParquetRecords(FileRecords):
         self._file, self._decoded = None, (-1, [])
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _without_lone_surrogates(record: dict) -> dict:
-    """JSON may escape a lone surrogate (\\ud800), which no UTF-8 text can hold: it becomes U+FFFD,
-    as an undecodable byte of a .txt file does, and cleaning counts it."""
-    if isinstance(record.get("text"), str):
-        record["text"] = _LONE_SURROGATE.sub("\ufffd", record["text"])
-    return record
-
-
-def _line_records(line: bytes) -> list[bytes]:
-    """The non-blank records of one `\\n`-ended line; a lone CR also ends a record (pyarrow)."""
-    pieces = line.split(b"\r") if b"\r" in line else [line]
-    return [piece for piece in pieces if piece.strip()]
-
-
-def _scan_json_lines(path: str) -> dict:
-    points, record, line_number = _Points(), 0, 0
-    with open(path, "rb") as handle:
-        head = handle.read(64).lstrip()
-        if head.removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"["):
-            return dict(array=True, count=len(_json_array(path)), points=[], stride=1)
-        handle.seek(0)
-        position = 0
-        for line in handle:
-            line_number += 1
-            found = len(_line_records(line))
-            if found and points.due(record):
-                points.add(record, position, line_number)
-            record += found
-            position += len(line)
-    return dict(array=False, count=record, points=points.points, stride=points.stride)
-
-
-def _json_array(path: str) -> list:
-    with open(path, "rb") as handle:
-        content = handle.read().removeprefix(codecs.BOM_UTF8)
-    try:
-        records = json.loads(content)
-    except ValueError as error:
-        raise DataError(f"{path} is not valid JSON: {error}") from None
-    if not isinstance(records, list):
-        raise DataError(f"{path} holds one JSON value, not records (one object per line, or an array of them)")
-    return records
-
-
-class JsonLinesRecords(FileRecords):
-    def __init__(self, source_name: str, path: str, group: int):
-        super().__init__(source_name, path, group)
-        try:
-            index = _cached_scan(path, "jsonl", _scan_json_lines)
-        except DataError as error:
-            raise DataError(f"Data source {source_name!r}: {error}") from None
-        self.count, self.array = index["count"], index["array"]
-        self._points = index["points"]
-        self._point_records = [point[0] for point in self._points]
-        self.chunk_starts = self._chunks([0], chunk_size(self.count, group)) if self.count else []
-        self._handle = None
-        self._next = None  # (record number, line number) the open handle stands at
-        self._pending: list[tuple[bytes, int]] = []  # records of a line read past
-        self._array: Optional[list] = None
-
-    def _parse(self, raw: bytes, line: int) -> dict:
-        try:
-            value = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise self._error(f"line {line} is not valid JSON: {error}") from None
-        if not isinstance(value, dict):
-            raise self._error(f"line {line} is {type(value).__name__ if value is not None else 'null'}; "
-                              "every line must be a JSON object with a 'text' field.")
-        return _without_lone_surrogates(value)
-
-    def _seek(self, start: int) -> None:
-        if self._handle is None:
-            self._handle = open(self.path, "rb")
-        point = self._points[bisect.bisect_right(self._point_records, start) - 1]
-        self._handle.seek(point[1])
-        self._next, self._pending = (point[0], point[2] - 1), []
-
-    def _read_line(self) -> list[tuple[bytes, int]]:
-        line = self._handle.readline()
-        if not line:
-            raise self._error(f"ended before record {self._next[0]}: it changed while being read")
-        self.bytes_read += len(line)
-        number = self._next[1] + 1
-        if number == 1:
-            line = line.removeprefix(codecs.BOM_UTF8)
-        self._next = (self._next[0], number)
-        return [(raw, number) for raw in _line_records(line)]
-
-    def read(self, start: int, stop: int) -> list[dict]:
-        if self.array:
-            if self._array is None:
-                self._array = _json_array(self.path)
-                self.bytes_read += os.path.getsize(self.path)
-            self.records_read += stop - start
-            for offset, value in enumerate(self._array[start:stop]):
-                if not isinstance(value, dict):
-                    raise self._error(f"record {start + offset} is not a JSON object with a 'text' field.")
-            return [_without_lone_surrogates(value) for value in self._array[start:stop]]
-        if self._next is None or self._next[0] != start:
-            self._seek(start)
-        records = []
-        while self._next[0] < stop:
-            if not self._pending:
-                self._pending = self._read_line()
-                continue
-            raw, line = self._pending.pop(0)
-            if self._next[0] >= start:
-                records.append(self._parse(raw, line))
-                self.records_read += 1
-            self._next = (self._next[0] + 1, self._next[1])
-        return records
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-        self._handle, self._next, self._pending, self._array = None, None, [], None
-
-
 def _open_text(path: str):
     # As `datasets`' text reader: UTF-8, undecodable bytes replaced, universal newlines.
     return open(path, encoding="utf-8", errors="replace")
 
 
-def _paragraphs(handle, points: Optional[_Points] = None, first: int = 0) -> Iterator[str]:
+def _paragraphs(handle, points: Optional[SeekPoints] = None, first: int = 0) -> Iterator[str]:
     """Blank-line-separated documents from the handle's position, exactly as `datasets` splits
     them (`text.split("\\n\\n")`, empty pieces dropped). A separator always ends at a line's end,
     so after one the next document starts at the next line: the positions kept in `points`."""
@@ -340,7 +238,7 @@ def _paragraphs(handle, points: Optional[_Points] = None, first: int = 0) -> Ite
 
 
 def _scan_paragraphs(path: str) -> dict:
-    points = _Points()
+    points = SeekPoints()
     with _open_text(path) as handle:
         count = sum(1 for _ in _paragraphs(handle, points))
     kept = [point for point in points.points if point[0] < count]
@@ -350,7 +248,7 @@ def _scan_paragraphs(path: str) -> dict:
 class ParagraphRecords(FileRecords):
     def __init__(self, source_name: str, path: str, group: int):
         super().__init__(source_name, path, group)
-        index = _cached_scan(path, "paragraphs", _scan_paragraphs)
+        index = cached_scan(path, "paragraphs", _scan_paragraphs)
         self.count, self._points = index["count"], index["points"]
         self._point_records = [point[0] for point in self._points]
         self.chunk_starts = self._chunks([0], chunk_size(self.count, group)) if self.count else []
@@ -400,6 +298,8 @@ def file_records(source_name: str, path: str, group: int, blank_line_documents: 
     if suffix == ".parquet":
         return ParquetRecords(source_name, path, group)
     if suffix in (".jsonl", ".json"):
+        from bert_ds.data.json_records import JsonLinesRecords  # it builds on this module
+
         return JsonLinesRecords(source_name, path, group)
     if blank_line_documents:
         return ParagraphRecords(source_name, path, group)

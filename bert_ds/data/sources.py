@@ -17,12 +17,9 @@ corrupt Parquet footer is reported by name rather than from inside a reader.
 
 from __future__ import annotations
 
-import codecs
 import glob
-import json
 import math
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
@@ -170,83 +167,61 @@ def local_files(source: DataSource) -> list[str]:
 
 
 def check_sources(sources: list[DataSource]) -> None:
-    """Check every local source's files now, so a bad path fails at start-up, not mid-run in a worker.
-    JSON files are also checked for what the JSON reader of `datasets` cannot open (see
-    `_check_json_records`)."""
+    """Check every local source's files now, so a bad path or record fails at start-up, not mid-run
+    in a worker: files exist and are readable, Parquet footers have a string `text` column with no
+    nulls, and every JSON record is an object with a string `text` (data/json_records.py; checked
+    once per file, with the record index the loader needs, then cached)."""
     for source in sources:
         if not source.is_hub:
             files = local_files(source)
             if _FORMATS[Path(files[0]).suffix] == "json":
-                for path in files:
-                    _check_json_records(source, path)
-                if all(os.path.getsize(path) == 0 for path in files):
-                    raise DataError(f"Data source {source.name!r}: its files are empty: {source.location}")
+                from bert_ds.data.json_records import check_json_files
+
+                if check_json_files(source.name, files) == 0:
+                    raise DataError(f"Data source {source.name!r}: its files hold no JSON record: {source.location}")
 
 
-# A line whose JSON value is `null`. pyarrow's JSON reader (inside `datasets`) kills the process
-# with a segmentation fault when one of its blocks starts with such a line, so these records are
-# refused by name before any reader sees them (as records without text they would fail anyway).
-# pyarrow also ends lines at a lone CR. Two patterns with a literal first byte scan ~15x faster
-# than one starting with a character class.
-_NULL_RECORDS = (re.compile(rb"\n[ \t\r]*null"), re.compile(rb"\r[ \t]*null"))
-_SCAN_CHUNK = 1 << 26
-
-
-def _check_json_records(source: DataSource, path: str) -> None:
-    """Raise a DataError for a JSON file that is only whitespace (opened first in an epoch, it
-    leaves the reader with no columns) or holds a `null` record (naming its line, or its index in a
-    file holding one JSON array). About 1 s per GB."""
-    with open(path, "rb") as handle:
-        first = handle.read(_SCAN_CHUNK).removeprefix(codecs.BOM_UTF8)
-        if not first.strip() and handle.tell():
-            raise DataError(f"Data source {source.name!r}: {path} holds no JSON record, only whitespace; remove it.")
-        # The leading newline lets one pattern find a null on the first line too.
-        buffer = b"\n" + first
-        if buffer.startswith(b"\n["):  # one JSON array, which `datasets` reads whole
-            _check_json_array(source, path, buffer + handle.read())
-            return
-        lines_before = 0
-        while True:
-            starts = [match.start() for match in (pattern.search(buffer) for pattern in _NULL_RECORDS) if match]
-            if starts:
-                line = lines_before + buffer.count(b"\n", 0, min(starts) + 1)
-                raise DataError(
-                    f"Data source {source.name!r}: {path} line {line} is null; "
-                    "every line must be a JSON object with a 'text' field."
-                )
-            more = handle.read(_SCAN_CHUNK)
-            if not more:
-                return
-            # Keep the last line's start, for a match across the chunk boundary.
-            cut = max(buffer.rfind(b"\n"), buffer.rfind(b"\r"))
-            lines_before += buffer.count(b"\n", 0, cut)
-            buffer = buffer[cut:] + more
-
-
-def _check_json_array(source: DataSource, path: str, content: bytes) -> None:
-    try:
-        records = json.loads(content)
-    except (ValueError, RecursionError):
-        return  # not valid JSON: the reader reports it with its own message
-    if isinstance(records, list) and None in records:
-        raise DataError(
-            f"Data source {source.name!r}: {path} record {records.index(None)} is null; "
-            "every record must be a JSON object with a 'text' field."
-        )
+_CHECKED_FOOTERS: set[tuple] = set()
+"""(path, size, mtime) of the Parquet files whose footers passed, so each is read once per process."""
 
 
 def _check_parquet_footers(source: DataSource, files: list[str]) -> None:
+    for path in files:
+        status = os.stat(path)
+        key = (path, status.st_size, status.st_mtime_ns)
+        if key not in _CHECKED_FOOTERS:
+            _check_parquet_footer(source, path)
+            _CHECKED_FOOTERS.add(key)
+
+
+def _check_parquet_footer(source: DataSource, path: str) -> None:
+    """A DataError unless the file's footer shows a `text` column of strings without nulls (read
+    from the row groups' statistics, where the writer kept them)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    for path in files:
-        try:
-            schema = pq.read_schema(path)
-        except Exception as error:  # pyarrow raises several types for a damaged file
-            raise DataError(f"Data source {source.name!r}: unreadable Parquet file {path}: {error}") from None
-        if "text" not in schema.names:
-            raise DataError(
-                f"Data source {source.name!r}: {path} has no 'text' column (columns: {schema.names})."
-            )
+    try:
+        with pq.ParquetFile(path) as parquet:
+            schema, metadata = parquet.schema_arrow, parquet.metadata
+    except Exception as error:  # pyarrow raises several types for a damaged file
+        raise DataError(f"Data source {source.name!r}: unreadable Parquet file {path}: {error}") from None
+    if "text" not in schema.names:
+        raise DataError(f"Data source {source.name!r}: {path} has no 'text' column (columns: {schema.names}).")
+    kind = schema.field("text").type
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or str(kind) == "string_view"):
+        raise DataError(f"Data source {source.name!r}: {path} has a 'text' column of {kind}, not of strings.")
+    columns = [c for c in range(metadata.num_columns) if metadata.num_row_groups
+               and metadata.row_group(0).column(c).path_in_schema == "text"]
+    for group in range(metadata.num_row_groups):
+        for column in columns:
+            statistics = metadata.row_group(group).column(column).statistics
+            if statistics is not None and statistics.has_null_count and statistics.null_count:
+                raise DataError(
+                    f"Data source {source.name!r}: {path} row group {group} holds {statistics.null_count:,} "
+                    "null 'text' value(s); drop those rows or write them as empty strings."
+                )
 
 
 def epoch_files(source: DataSource, seed: int, epoch: int) -> list[str]:

@@ -1,0 +1,125 @@
+"""Start-up checks of local corpora (data/sources.py: check_sources, data/json_records.py): an
+unusable record anywhere in a JSON source, or a Parquet `text` column that is not strings or holds
+nulls, stops the run before training with the file and line (or row group); a checked file is not
+checked again by the next start; processes starting together index different files at once."""
+
+import json
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bert_ds.cache import exclusive
+from bert_ds.config import DataConfig
+from bert_ds.data import json_records, sources
+from bert_ds.data.loader import PretrainingLoader
+from bert_ds.data.record_index import index_file
+from bert_ds.data.sources import DataError, DataSource, check_sources, local_epoch
+
+GOOD = json.dumps({"text": "A fine record. It has two sentences."})
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("BERT_DS_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("line, problem", [
+    ('{"text": broken}', r"is not valid JSON \(Expecting value, column 10\)"),
+    ("null", r"is null, not a JSON object with a 'text' field"),
+    ("[1, 2]", r"is an array, not a JSON object"),
+    ('"just text"', r"is a string, not a JSON object"),
+    ('{"title": "T", "body": "B"}', r"has no 'text' field \(fields: \['body', 'title'\]\)"),
+    ('{"text": 3}', r"has a 'text' that is a number, not a string"),
+    ('{"text": null}', r"has no 'text' field"),
+    (GOOD + "\rnull", r"is null"),  # a lone CR ends a record (as pyarrow reads it); the line is the \n line
+    ("[" * 100_000 + "]" * 100_000, r"is JSON nested too deeply to read"),
+    (b"\xff\xfe".decode("latin-1"), r"is not valid JSON"),
+], ids=["invalid", "null", "array", "string", "no-text", "number-text", "null-text", "after-lone-cr", "deep", "not-utf8"])
+def test_an_unusable_json_record_stops_the_start_with_file_and_line(tmp_path, monkeypatch, line, problem):
+    monkeypatch.setattr(json_records, "_SCAN_BLOCK", 4096)  # the bad line is many blocks in
+    path = tmp_path / "wiki.jsonl"
+    path.write_bytes("\n".join([GOOD] * 3000 + [line] + [GOOD] * 10).encode("latin-1" if "\xff" in line else "utf-8") + b"\n")
+    expected = rf"Data source 'wiki': {path} line 3001 {problem}"
+    with pytest.raises(DataError, match=expected):
+        check_sources([DataSource("wiki", str(path))])
+    with pytest.raises(DataError, match=expected):  # the loader checks at construction, before any worker
+        PretrainingLoader([DataSource("wiki", str(path))], tokenizer=None, config=DataConfig(seq_length=64))
+
+
+def test_json_array_files_are_checked_by_record(tmp_path):
+    path = tmp_path / "wiki.json"
+    path.write_text(json.dumps([{"text": "One."}, {"text": "Two."}, None]))
+    with pytest.raises(DataError, match=rf"{path} record 2 of its array is null"):
+        check_sources([DataSource("wiki", str(path))])
+
+
+def test_a_source_without_records_is_refused(tmp_path):
+    (tmp_path / "a.jsonl").write_text("\n  \n")
+    (tmp_path / "b.jsonl").write_text("")
+    with pytest.raises(DataError, match="'wiki': its files hold no JSON record"):
+        check_sources([DataSource("wiki", str(tmp_path))])
+
+
+def test_a_checked_file_is_not_read_again_by_the_next_start(tmp_path, monkeypatch):
+    path = tmp_path / "wiki.jsonl"
+    path.write_text("\n".join([GOOD] * 500) + "\n")
+    source = DataSource("wiki", str(path))
+    check_sources([source])
+
+    def scan(path):
+        raise AssertionError(f"{path} was scanned again")
+
+    monkeypatch.setattr(json_records, "_scan_json_lines", scan)
+    check_sources([source])  # the cached index: no scan
+    assert local_epoch(source, 0, 0).total == 500
+    path.write_text("\n".join([GOOD] * 501) + "\n")  # a changed file is checked again
+    with pytest.raises(AssertionError, match="scanned again"):
+        check_sources([source])
+
+
+def test_processes_starting_together_index_different_files(tmp_path):
+    """While another process indexes file a, this one indexes b, then waits for a."""
+    for name, count in (("a", 30), ("b", 20)):
+        (tmp_path / f"{name}.jsonl").write_text("\n".join([GOOD] * count) + "\n")
+    a, b = str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")
+    counts = []
+    with exclusive(index_file(a, "jsonl").with_suffix(".lock")):  # "another process" holds a
+        worker = threading.Thread(target=lambda: counts.append(json_records.check_json_files("wiki", [a, b])))
+        worker.start()
+        deadline = time.monotonic() + 30
+        while not index_file(b, "jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert index_file(b, "jsonl").exists() and not index_file(a, "jsonl").exists()
+        assert worker.is_alive()  # waiting for a
+    worker.join(30)
+    assert counts == [50]
+
+
+def _parquet(path, column, **kwargs):
+    pq.write_table(pa.table({"text": column}), path, row_group_size=2, **kwargs)
+
+
+def test_parquet_text_must_be_strings_without_nulls(tmp_path):
+    _parquet(tmp_path / "ints.parquet", pa.array([1, 2, 3]))
+    with pytest.raises(DataError, match=r"ints.parquet has a 'text' column of int64, not of strings"):
+        check_sources([DataSource("wiki", str(tmp_path / "ints.parquet"))])
+    _parquet(tmp_path / "nulls.parquet", pa.array(["a", "b", "c", None]))
+    with pytest.raises(DataError, match=r"nulls.parquet row group 1 holds 1 null 'text' value"):
+        check_sources([DataSource("wiki", str(tmp_path / "nulls.parquet"))])
+    for kind in (pa.large_string(), pa.dictionary(pa.int32(), pa.string())):
+        _parquet(tmp_path / "fine.parquet", pa.array(["a", "b", "c"]).cast(kind))
+        check_sources([DataSource("wiki", str(tmp_path / "fine.parquet"))])
+        assert [r["text"] for r in local_epoch(DataSource("wiki", str(tmp_path / "fine.parquet")), 0, 0).iter_records()] == ["a", "b", "c"]
+
+
+def test_a_parquet_footer_is_read_once_per_process(tmp_path, monkeypatch):
+    _parquet(tmp_path / "fine.parquet", pa.array(["a", "b", "c"]))
+    source = DataSource("wiki", str(tmp_path / "fine.parquet"))
+    monkeypatch.setattr(sources, "_CHECKED_FOOTERS", set())
+    check_sources([source])
+    monkeypatch.setattr(sources, "_check_parquet_footer", lambda source, path: pytest.fail(f"{path} read again"))
+    check_sources([source])
+    local_epoch(source, 0, 1)
