@@ -33,7 +33,7 @@ def own_cache(tmp_path, monkeypatch):
     ('"just text"', r"is a string, not a JSON object"),
     ('{"title": "T", "body": "B"}', r"has no 'text' field \(fields: \['body', 'title'\]\)"),
     ('{"text": 3}', r"has a 'text' that is a number, not a string"),
-    ('{"text": null}', r"has no 'text' field"),
+    ('{"text": null}', r"has a 'text' that is null, not a string"),
     (GOOD + "\rnull", r"is null"),  # a lone CR ends a record (as pyarrow reads it); the line is the \n line
     ("[" * 100_000 + "]" * 100_000, r"is JSON nested too deeply to read"),
     (b"\xff\xfe".decode("latin-1"), r"is not valid JSON"),

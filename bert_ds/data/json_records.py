@@ -71,7 +71,8 @@ def _usable(value) -> dict:
         raise ValueError(f"is {kind}, not a JSON object with a 'text' field")
     text = value.get("text")
     if not isinstance(text, str):
-        problem = "has no 'text' field" if text is None else f"has a 'text' that is {_JSON_KINDS.get(type(text), 'an object')}, not a string"
+        kind = "null" if text is None else _JSON_KINDS.get(type(text), "an object")
+        problem = f"has a 'text' that is {kind}, not a string" if "text" in value else "has no 'text' field"
         raise ValueError(f"{problem} (fields: {sorted(value)[:10]})")
     return value
 
