@@ -123,3 +123,47 @@ def test_a_parquet_footer_is_read_once_per_process(tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "_check_parquet_footer", lambda source, path: pytest.fail(f"{path} read again"))
     check_sources([source])
     local_epoch(source, 0, 1)
+
+
+def test_blank_line_text_is_indexed_at_start_up_too(tmp_path):
+    path = tmp_path / "google.txt"
+    path.write_text("One sentence.\nTwo sentences.\n\nAnother document.\n")
+    check_sources([DataSource("g", str(path))])  # one document per file: nothing to index
+    assert not index_file(str(path), "paragraphs").exists()
+    check_sources([DataSource("g", str(path))], txt_documents="blank_line")
+    assert index_file(str(path), "paragraphs").exists()
+    path.write_text("One.\n\nTwo.\n\nThree.\n")
+    check_sources([DataSource("g", str(path), layout="lines")])  # the layout says so as well
+    assert index_file(str(path), "paragraphs").exists()
+    assert local_epoch(DataSource("g", str(path), layout="lines"), 0, 0).total == 3
+
+
+def test_a_cache_on_a_file_system_without_locks_still_works(tmp_path, monkeypatch, capsys):
+    """Lustre mounted without `flock` (and some NFS set-ups) refuse locks: the cache is built
+    without one, with one warning per folder."""
+    import errno
+    import fcntl
+
+    def no_locks(handle, operation):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text("\n".join([GOOD] * 7) + "\n")
+    source = DataSource("wiki", str(tmp_path / "*.jsonl"))
+    check_sources([source])
+    assert local_epoch(source, 0, 0).total == 14
+    assert capsys.readouterr().err.count("cannot be locked (Function not implemented)") == 1
+
+
+def test_a_folder_built_twice_without_a_lock_keeps_the_first(tmp_path):
+    from bert_ds.cache import publish, staging_path
+
+    target = tmp_path / "tokenizer"
+    for text in ("first", "second"):  # two processes, each building its own copy
+        staging = staging_path(target).with_name(staging_path(target).name + text)
+        staging.mkdir()
+        (staging / "model").write_text(text)
+        publish(staging, target)
+    assert (target / "model").read_text() == "first"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer"]

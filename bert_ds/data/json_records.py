@@ -21,14 +21,11 @@ import itertools
 import json
 import os
 import re
-import sys
 from typing import Optional
 
 import numpy as np
 
-from bert_ds.data.record_index import (
-    ANNOUNCE_BYTES, SECONDS_PER_GIB, FileRecords, SeekPoints, cached_scan, chunk_size, index_file,
-)
+from bert_ds.data.record_index import FileRecords, SeekPoints, chunk_size, index_files
 from bert_ds.errors import DataError
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -186,37 +183,16 @@ def _json_array(path: str) -> list:
     return records
 
 
-def _index(source_name: str, path: str, wait: bool = True) -> Optional[dict]:
-    try:
-        return cached_scan(path, "jsonl", _scan_json_lines, wait)
-    except DataError as error:
-        raise DataError(f"Data source {source_name!r}: {error}") from None
-
-
 def check_json_files(source_name: str, paths: list[str]) -> int:
     """Index (and so check) every file of a JSON source, or read the indexes cached by an earlier
-    start; the source's record count. Files another process is indexing are left for last, so
-    the processes of a job that start together index different files at once."""
-    unindexed = [path for path in paths if not index_file(path, "jsonl").exists()]
-    size = sum(os.path.getsize(path) for path in unindexed)
-    if size > ANNOUNCE_BYTES and len(unindexed) > 1 and os.environ.get("RANK", "0") == "0":
-        print(f"bert_ds: checking and indexing {len(unindexed):,} files of data source {source_name!r} "
-              f"({size / 2**30:.1f} GiB) once, {SECONDS_PER_GIB['jsonl']} s per GiB shared among the "
-              "processes starting now", file=sys.stderr, flush=True)
-    counts: dict[str, int] = {}
-    for wait in (False, True):
-        for path in paths:
-            if path not in counts:
-                index = _index(source_name, path, wait)
-                if index is not None:
-                    counts[path] = index["count"]
-    return sum(counts.values())
+    start (record_index.index_files); the source's record count."""
+    return sum(index["count"] for index in index_files(source_name, paths, "jsonl", _scan_json_lines))
 
 
 class JsonLinesRecords(FileRecords):
     def __init__(self, source_name: str, path: str, group: int):
         super().__init__(source_name, path, group)
-        index = _index(source_name, path)
+        index = index_files(source_name, [path], "jsonl", _scan_json_lines)[0]
         self.count, self.array = index["count"], index["array"]
         self._points = index["points"]
         self._point_records = [point[0] for point in self._points]

@@ -70,7 +70,7 @@ class PretrainingLoader:
         self, sources: list[DataSource], tokenizer, config: DataConfig, dp_rank: int = 0, dp_size: int = 1
     ):
         config.validate()
-        check_sources(sources)
+        check_sources(sources, config.txt_documents)
         if not 0 <= dp_rank < dp_size:
             raise DataError(f"dp_rank {dp_rank} must be in [0, {dp_size}).")
         self.sources, self.tokenizer, self.config = sources, tokenizer, config

@@ -102,7 +102,7 @@ def index_file(path: str, kind: str) -> Path:
 def cached_scan(path: str, kind: str, scan, wait: bool = True) -> Optional[dict]:
     """`scan(path)`'s result from the cache, computed (under a lock) on first use. Without
     `wait`, None while another process computes it."""
-    from bert_ds.cache import exclusive
+    from bert_ds.cache import exclusive, publish, staging_path
 
     target = index_file(path, kind)
     try:
@@ -116,13 +116,36 @@ def cached_scan(path: str, kind: str, scan, wait: bool = True) -> Optional[dict]
                         print(f"bert_ds: indexing {path} ({size / 2**30:.1f} GiB) once, into {target.parent} "
                               f"({SECONDS_PER_GIB[kind]} s per GiB)", file=sys.stderr, flush=True)
                     index = scan(path)
-                    staging = target.with_name(f"{target.stem}.tmp{os.getpid()}")
+                    staging = staging_path(target)
                     staging.write_text(json.dumps(dict(index, path=path, kind=kind)))
-                    os.replace(staging, target)
+                    publish(staging, target)
         return json.loads(target.read_text())
     except OSError as error:
         raise DataError(f"Cannot write the record index of {path} into {target.parent}: {error.strerror}; "
                         "set BERT_DS_CACHE to a writable folder.") from None
+
+
+def index_files(source_name: str, paths: list[str], kind: str, scan) -> list[dict]:
+    """Every file's cached scan, the missing ones built now (the start-up check). Files another
+    process is building are left for last, so the processes of a job that start together build
+    different files at once; a large build says so on stderr (rank 0)."""
+    unbuilt = [path for path in paths if not index_file(path, kind).exists()]
+    size = sum(os.path.getsize(path) for path in unbuilt)
+    if size > ANNOUNCE_BYTES and len(unbuilt) > 1 and os.environ.get("RANK", "0") == "0":
+        print(f"bert_ds: indexing {len(unbuilt):,} files of data source {source_name!r} ({size / 2**30:.1f} GiB) "
+              f"once, {SECONDS_PER_GIB[kind]} s per GiB shared among the processes starting now",
+              file=sys.stderr, flush=True)
+    indexes: dict[str, dict] = {}
+    for wait in (False, True):
+        for path in paths:
+            if path not in indexes:
+                try:
+                    index = cached_scan(path, kind, scan, wait)
+                except DataError as error:
+                    raise DataError(f"Data source {source_name!r}: {error}") from None
+                if index is not None:
+                    indexes[path] = index
+    return [indexes[path] for path in paths]
 
 
 class FileRecords:
@@ -237,6 +260,11 @@ def _paragraphs(handle, points: Optional[SeekPoints] = None, first: int = 0) -> 
         yield buffer
 
 
+def index_paragraph_files(source_name: str, paths: list[str]) -> list[dict]:
+    """The indexes of .txt files of blank-line-separated documents (built now where missing)."""
+    return index_files(source_name, paths, "paragraphs", _scan_paragraphs)
+
+
 def _scan_paragraphs(path: str) -> dict:
     points = SeekPoints()
     with _open_text(path) as handle:
@@ -248,7 +276,7 @@ def _scan_paragraphs(path: str) -> dict:
 class ParagraphRecords(FileRecords):
     def __init__(self, source_name: str, path: str, group: int):
         super().__init__(source_name, path, group)
-        index = cached_scan(path, "paragraphs", _scan_paragraphs)
+        index = index_paragraph_files(source_name, [path])[0]
         self.count, self._points = index["count"], index["points"]
         self._point_records = [point[0] for point in self._points]
         self.chunk_starts = self._chunks([0], chunk_size(self.count, group)) if self.count else []

@@ -166,19 +166,25 @@ def local_files(source: DataSource) -> list[str]:
     return files
 
 
-def check_sources(sources: list[DataSource]) -> None:
+def check_sources(sources: list[DataSource], txt_documents: str = "file") -> None:
     """Check every local source's files now, so a bad path or record fails at start-up, not mid-run
     in a worker: files exist and are readable, Parquet footers have a string `text` column with no
-    nulls, and every JSON record is an object with a string `text` (data/json_records.py; checked
-    once per file, with the record index the loader needs, then cached)."""
+    nulls, and every JSON record is an object with a string `text` (data/json_records.py). JSON
+    files and .txt files of blank-line-separated documents get their record indexes built here
+    (once per file, then cached), by the processes starting together at once."""
     for source in sources:
         if not source.is_hub:
             files = local_files(source)
-            if _FORMATS[Path(files[0]).suffix] == "json":
+            kind = _FORMATS[Path(files[0]).suffix]
+            if kind == "json":
                 from bert_ds.data.json_records import check_json_files
 
                 if check_json_files(source.name, files) == 0:
                     raise DataError(f"Data source {source.name!r}: its files hold no JSON record: {source.location}")
+            elif kind == "text" and blank_line_documents(source, files, txt_documents):
+                from bert_ds.data.record_index import index_paragraph_files
+
+                index_paragraph_files(source.name, files)
 
 
 _CHECKED_FOOTERS: set[tuple] = set()

@@ -66,7 +66,7 @@ def eval_examples(specs: list[str], tokenizer, config, samples: Optional[int]) -
 
     config = dataclasses.replace(config, dynamic_masking=False, seed=EVAL_SEED, num_workers=0)
     sources = parse_sources(specs)
-    check_sources(sources)
+    check_sources(sources, config.txt_documents)
     wanted = samples or DEFAULT_EVAL_SAMPLES
     weights = np.array([source.weight for source in sources])
     quotas = np.floor(wanted * weights / weights.sum()).astype(int)

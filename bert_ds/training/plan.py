@@ -153,7 +153,7 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     if run.eval.eval_data:  # a missing or unreadable held-out file fails the plan, not the run
         from bert_ds.data.sources import check_sources, parse_sources
 
-        check_sources(parse_sources(run.eval.eval_data))
+        check_sources(parse_sources(run.eval.eval_data), run.data.txt_documents)
     resume_text, start_step = _resume(run)
     with_nsp = run.data.objective == "mlm_nsp"
     memory = memory_per_device(

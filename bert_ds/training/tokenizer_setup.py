@@ -4,11 +4,10 @@ vocabulary (built in), so the model shares ids with every Google/Hugging Face BE
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Optional
 
-from bert_ds.cache import cache_dir, exclusive
+from bert_ds.cache import cache_dir, exclusive, publish, staging_path
 from bert_ds.config import ConfigError
 from bert_ds.data.tokenizer import load_tokenizer, train_sentencepiece
 
@@ -57,9 +56,9 @@ def sample_tokenizer():
         if not model.exists():
             from bert_ds.data.sources import iter_document_texts
 
-            staging = target.with_name(target.name + f".tmp{os.getpid()}")
+            staging = staging_path(target)
             train_sentencepiece(iter_document_texts(None), staging, vocab_size=SAMPLE_VOCAB_SIZE)
-            os.replace(staging, target)
+            publish(staging, target)
     return load_tokenizer(model)
 
 
