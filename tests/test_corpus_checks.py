@@ -167,3 +167,28 @@ def test_a_folder_built_twice_without_a_lock_keeps_the_first(tmp_path):
         publish(staging, target)
     assert (target / "model").read_text() == "first"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer"]
+
+
+def test_two_bad_lines_cannot_make_up_for_each_other(tmp_path):
+    """A line holding half a record and a line holding two give the block as many JSON values as
+    records; the check still names the first bad line (each record must be one whole value)."""
+    path = tmp_path / "wiki.jsonl"
+    path.write_text(GOOD + '\n{"text": "a", "x": [1\n2]}\n{"text": "b"}, {"text": "c"}\n' + GOOD + "\n")
+    with pytest.raises(DataError, match=r"wiki.jsonl line 2 is not valid JSON \(.*at the end of the line\)"):
+        check_sources([DataSource("wiki", str(path))])
+
+
+def test_crlf_and_a_bom_starting_a_later_line_are_fine(tmp_path):
+    """Windows line ends take the fast path; concatenated files (a BOM at a later line's start)
+    are read as the per-line reader reads them."""
+    path = tmp_path / "wiki.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + (GOOD + "\r\n").encode() * 3 + b"\xef\xbb\xbf" + (GOOD + "\r\n").encode() * 2)
+    check_sources([DataSource("wiki", str(path))])
+    assert local_epoch(DataSource("wiki", str(path)), 0, 0).total == 5
+
+
+def test_a_parquet_file_with_two_text_columns_is_named(tmp_path):
+    table = pa.Table.from_arrays([pa.array(["a"]), pa.array(["b"])], names=["text", "text"])
+    pq.write_table(table, tmp_path / "two.parquet")
+    with pytest.raises(DataError, match=r"two.parquet has 2 columns named 'text'"):
+        check_sources([DataSource("wiki", str(tmp_path / "two.parquet"))])

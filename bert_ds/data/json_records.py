@@ -5,8 +5,8 @@ The index scan parses every record, a block of lines per `json.loads` call, and 
 at its first record that is not a JSON object with a string `text`, naming the file and line. So a
 bad line anywhere in a corpus stops the run at start-up (sources.check_sources builds the
 indexes), not hours later in a loader worker, and a restart checks nothing again: it reads the
-cached index. Measured on a 2-core AMD EPYC (tests/bench/corpus_check.py): 6 s per GiB of 19 KB
-articles, 21 s per GiB of one-sentence records, once.
+cached index. Measured on a 2-core Intel Xeon (tests/bench/corpus_check.py): 6 s per GiB of 19 KB
+articles, 22 s per GiB of one-sentence records, once.
 
 Records are what the `datasets` JSON reader yields for the same file: JSON Lines skip blank lines
 and, as pyarrow does, also end a line at a lone CR; a .json file holding one array is its elements
@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import contextlib
+import gc
 import itertools
 import json
 import os
 import re
+import secrets
 from typing import Optional
 
 import numpy as np
@@ -50,7 +53,8 @@ def _parse(raw: bytes) -> dict:
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as error:
-        raise ValueError(f"is not valid JSON ({error.msg}, column {error.colno})") from None
+        where = f"column {error.colno}" if error.lineno == 1 else "at the end of the line"
+        raise ValueError(f"is not valid JSON ({error.msg}, {where})") from None
     except ValueError as error:  # bytes that are not UTF-8
         raise ValueError(f"is not valid JSON ({error})") from None
     except RecursionError:
@@ -89,12 +93,14 @@ def _scan_json_lines(path: str) -> dict:
             return dict(array=True, count=len(records), points=[], stride=1)
         handle.seek(0)
         points, record, line_number, position = SeekPoints(), 0, 0, 0
+        nonce = secrets.token_hex(16)
         while True:
             lines = handle.readlines(_SCAN_BLOCK)  # whole lines
             if not lines:
                 break
             records, counts = _block_records(lines, first=not line_number)
-            _check_block(path, line_number, lines, records)
+            with _no_garbage_collection():  # millions of new dicts, none of them cyclic
+                _check_block(path, line_number, lines, records, nonce)
             lengths = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines))
             _add_points(points, counts, lengths, record, position, line_number)
             record += len(records)
@@ -103,14 +109,26 @@ def _scan_json_lines(path: str) -> dict:
     return dict(array=False, count=record, points=points.points, stride=points.stride)
 
 
+@contextlib.contextmanager
+def _no_garbage_collection():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _block_records(lines: list[bytes], first: bool) -> tuple[list[bytes], np.ndarray]:
     """A block's records (`_line_records` of each line; a file's BOM is not part of its first
     record) and each line's count of them. Per-line work stays in C calls where it can."""
-    if b"\r" in b"".join(lines):
+    block = b"".join(lines)
+    if block.count(b"\r") != block.count(b"\r\n"):  # a lone CR ends a record inside a line
         pieces = [_line_records(line) for line in lines]
         counts = np.fromiter(map(len, pieces), dtype=np.int64, count=len(lines))
         records = [raw for found in pieces for raw in found]
-    else:  # a line holds at most one record: the fast path
+    else:  # a line holds at most one record (a CR before its LF is whitespace): the fast path
         stripped = list(map(bytes.strip, lines))
         counts = np.fromiter(map(bool, stripped), dtype=np.int64, count=len(lines))
         records = list(itertools.compress(lines, stripped))
@@ -132,32 +150,43 @@ def _add_points(points: SeekPoints, counts: np.ndarray, lengths: np.ndarray, rec
     with_records = np.flatnonzero(counts)
     first_records = starts[with_records]
     consecutive = bool(len(first_records)) and int(first_records[-1] - first_records[0]) == len(first_records) - 1
+    unseen = 0  # lines (of with_records) before this one were considered, as the per-line scan does once
     while True:
         wanted = points.points[-1][0] + points.stride if points.points else record
-        k = int(np.searchsorted(first_records, wanted))
+        k = max(int(np.searchsorted(first_records, wanted)), unseen)
         if k == len(with_records):
             return
         if not consecutive:
             line = int(with_records[k])
             points.add(int(starts[line]), int(offsets[line]), line_number + line + 1)
+            unseen = k + 1
             continue
         # Records are consecutive over these lines, so the due ones are every stride-th from k, up
         # to the one whose addition halves the points (and doubles the stride).
-        due = with_records[k::points.stride][: points.room()]
+        stride = points.stride
+        due = with_records[k::stride][: points.room()]
         points.extend(np.stack([starts[due], offsets[due], due + line_number + 1], axis=1).tolist())
+        unseen = k + stride * (len(due) - 1) + 1
 
 
 _SCAN_BLOCK = 1 << 24
 """Bytes of whole lines the scan checks at once."""
 
 
-def _check_block(path: str, lines_before: int, lines: list[bytes], records: list[bytes]) -> None:
+def _check_block(path: str, lines_before: int, lines: list[bytes], records: list[bytes], nonce: str) -> None:
     """A DataError for the first unusable record of a block of lines. The block's records are
     parsed as one JSON array in one call (~4x faster than a call per record for one-sentence
-    records); only a block that fails is parsed line by line, to name the line."""
+    records), a string `nonce` between each two: the parse counts only when every nonce stands
+    alone between two objects, so each record was one whole JSON value (a line that is only part
+    of one and a line holding two cannot make up for each other). Only a block that fails is
+    parsed line by line, to name the line."""
+    if not records:
+        return
+    separator = b',"' + nonce.encode() + b'",'
     try:
-        values = json.loads(b"[" + b",".join(records) + b"]")
-        if len(values) == len(records) and all(type(v) is dict and type(v.get("text")) is str for v in values):
+        values = json.loads(b"[" + separator.join(records) + b"]")
+        if (len(values) == 2 * len(records) - 1 and values[1::2].count(nonce) == len(records) - 1
+                and all(type(v) is dict and type(v.get("text")) is str for v in values[0::2])):
             return
     except (ValueError, RecursionError):
         pass
@@ -167,6 +196,8 @@ def _check_block(path: str, lines_before: int, lines: list[bytes], records: list
                 _parse(raw)
             except ValueError as problem:
                 raise DataError(f"{path} line {number} {problem}.") from None
+    # Every line parsed on its own: the block failed as a whole only for a reason that does not
+    # matter record by record (a BOM starting a later line, as concatenated files have).
 
 
 def _json_array(path: str) -> list:

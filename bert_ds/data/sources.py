@@ -213,6 +213,8 @@ def _check_parquet_footer(source: DataSource, path: str) -> None:
         raise DataError(f"Data source {source.name!r}: unreadable Parquet file {path}: {error}") from None
     if "text" not in schema.names:
         raise DataError(f"Data source {source.name!r}: {path} has no 'text' column (columns: {schema.names}).")
+    if schema.names.count("text") > 1:
+        raise DataError(f"Data source {source.name!r}: {path} has {schema.names.count('text')} columns named 'text'.")
     kind = schema.field("text").type
     if pa.types.is_dictionary(kind):
         kind = kind.value_type

@@ -59,6 +59,8 @@ def sample_tokenizer():
             staging = staging_path(target)
             train_sentencepiece(iter_document_texts(None), staging, vocab_size=SAMPLE_VOCAB_SIZE)
             publish(staging, target)
+            if not model.exists():  # a folder left there by something else: publish kept it
+                raise ConfigError(f"{target} exists without tokenizer.model; remove it and start again.")
     return load_tokenizer(model)
 
 
