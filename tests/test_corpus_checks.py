@@ -192,3 +192,26 @@ def test_a_parquet_file_with_two_text_columns_is_named(tmp_path):
     pq.write_table(table, tmp_path / "two.parquet")
     with pytest.raises(DataError, match=r"two.parquet has 2 columns named 'text'"):
         check_sources([DataSource("wiki", str(tmp_path / "two.parquet"))])
+
+
+def test_the_dry_run_checks_the_corpus_and_leaves_its_indexes_for_the_run(tmp_path):
+    """As a user runs it: `pretrain.py --dry-run` names a bad record by file and line (exit 2, one
+    line); once fixed, the plan passes and the run's processes find every index built."""
+    from tests.helpers import run_entrypoint
+
+    corpus = tmp_path / "wiki"
+    corpus.mkdir()
+    for k in range(3):
+        (corpus / f"part-{k}.jsonl").write_text("\n".join([json.dumps({"title": "T", "text": f"Doc {k}. It is here."})] * 40) + "\n")
+    bad = corpus / "part-1.jsonl"
+    lines = bad.read_text().splitlines()
+    bad.write_text("\n".join(lines[:30] + ['{"title": "T", "text": null}'] + lines[30:]) + "\n")
+    args = ["--preset", "tiny", "--tokenizer", "bert-base-uncased", "--data", f"wiki={corpus}", "--dry-run", "cpu"]
+    cache = tmp_path / "cache"
+    refused = run_entrypoint("bert_ds/pretrain.py", args, cache_dir=str(cache))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+    assert f"error: Data source 'wiki': {bad} line 31 has a 'text' that is null, not a string" in refused.stderr
+    bad.write_text("\n".join(lines) + "\n")
+    planned = run_entrypoint("bert_ds/pretrain.py", args, cache_dir=str(cache))
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert all(index_file(str(path), "jsonl").exists() for path in corpus.iterdir())

@@ -218,11 +218,15 @@ def _sources(run: RunConfig) -> list[SourcePlan]:
 
 def sample_sources(run: RunConfig, tokenizer, include_hub: bool = False) -> list:
     """The [UNK] check of each source's first documents (vocab_check.SourceSample each)."""
-    from bert_ds.data.sources import parse_sources
+    from bert_ds.data.sources import check_sources, parse_sources
     from bert_ds.data.vocab_check import sample_source
 
+    sources = parse_sources(run.data.sources)
+    # Reading a local source's first block opens its whole epoch, which builds every file's record
+    # index: the start-up check does it first, announcing a long build and naming a bad record.
+    check_sources(sources, run.data.txt_documents)
     return [sample_source(s, tokenizer, run.data.seed, sentence_splitter=run.data.sentence_splitter)
-            for s in parse_sources(run.data.sources) if include_hub or not s.is_hub]
+            for s in sources if include_hub or not s.is_hub]
 
 
 def _resume(run: RunConfig) -> tuple[str, int]:
