@@ -73,6 +73,8 @@ def test_a_checked_file_is_not_read_again_by_the_next_start(tmp_path, monkeypatc
         raise AssertionError(f"{path} was scanned again")
 
     monkeypatch.setattr(json_records, "_scan_json_lines", scan)
+    check_sources([source])  # the same process: the source passed already
+    monkeypatch.setattr(sources, "_CHECKED_SOURCES", set())  # as in a new process
     check_sources([source])  # the cached index: no scan
     assert local_epoch(source, 0, 0).total == 500
     path.write_text("\n".join([GOOD] * 501) + "\n")  # a changed file is checked again

@@ -173,18 +173,32 @@ def check_sources(sources: list[DataSource], txt_documents: str = "file") -> Non
     files and .txt files of blank-line-separated documents get their record indexes built here
     (once per file, then cached), by the processes starting together at once."""
     for source in sources:
-        if not source.is_hub:
-            files = local_files(source)
-            kind = _FORMATS[Path(files[0]).suffix]
-            if kind == "json":
-                from bert_ds.data.json_records import check_json_files
+        if source.is_hub:
+            continue
+        files = local_files(source)
+        key = (source.name, txt_documents, tuple(_file_key(path) for path in files))
+        if key in _CHECKED_SOURCES:  # rank 0 checks in its plan, then in its loader
+            continue
+        kind = _FORMATS[Path(files[0]).suffix]
+        if kind == "json":
+            from bert_ds.data.json_records import check_json_files
 
-                if check_json_files(source.name, files) == 0:
-                    raise DataError(f"Data source {source.name!r}: its files hold no JSON record: {source.location}")
-            elif kind == "text" and blank_line_documents(source, files, txt_documents):
-                from bert_ds.data.record_index import index_paragraph_files
+            if check_json_files(source.name, files) == 0:
+                raise DataError(f"Data source {source.name!r}: its files hold no JSON record: {source.location}")
+        elif kind == "text" and blank_line_documents(source, files, txt_documents):
+            from bert_ds.data.record_index import index_paragraph_files
 
-                index_paragraph_files(source.name, files)
+            index_paragraph_files(source.name, files)
+        _CHECKED_SOURCES.add(key)
+
+
+_CHECKED_SOURCES: set[tuple] = set()
+"""Sources (their files' paths, sizes and mtimes) that passed check_sources in this process."""
+
+
+def _file_key(path: str) -> tuple:
+    status = os.stat(path)
+    return path, status.st_size, status.st_mtime_ns
 
 
 _CHECKED_FOOTERS: set[tuple] = set()
@@ -193,8 +207,7 @@ _CHECKED_FOOTERS: set[tuple] = set()
 
 def _check_parquet_footers(source: DataSource, files: list[str]) -> None:
     for path in files:
-        status = os.stat(path)
-        key = (path, status.st_size, status.st_mtime_ns)
+        key = _file_key(path)
         if key not in _CHECKED_FOOTERS:
             _check_parquet_footer(source, path)
             _CHECKED_FOOTERS.add(key)
