@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bert_ds.cache import exclusive
+from bert_ds.cache import exclusive, publish, staging_path
 from bert_ds.config import model_preset
 from bert_ds.distributed import init_parallel, teardown_parallel
 
@@ -59,9 +59,9 @@ def sample_tokenizer(tmp_path_factory):
     folder = _shared_dir(tmp_path_factory, "tokenizer-2000")
     with exclusive(folder.with_suffix(".lock")):
         if not (folder / "tokenizer.model").exists():
-            staging = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+            staging = staging_path(folder)
             train_sentencepiece(iter_document_texts(None), staging, vocab_size=2000)
-            os.replace(staging, folder)
+            publish(staging, folder)
     return load_tokenizer(folder / "tokenizer.model")
 
 
