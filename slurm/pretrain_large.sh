@@ -16,14 +16,16 @@
 #   PRECISION      auto (default: bf16 on GPUs with bf16, fp16 on older ones), bf16, fp16 or fp32
 #   GLOBAL_BATCH   sequences per step (256); MICRO_BATCH per GPU (auto: the largest that fits the
 #                  per-GPU batch up to 64 sequences at 128 tokens, 16 at 512)
-#   DATA           sources [NAME=]LOCATION[@WEIGHT][#LAYOUT], space separated (default: BOOKS_DIR/*.txt,
-#                  one book per file, and the hub's English Wikipedia, in the paper's 800M : 2,500M words;
-#                  the hub's BookCorpus, hf:bookcorpus/bookcorpus, reads as runs of 256 sentences)
+#   DATA           sources [NAME=]LOCATION[@WEIGHT][#LAYOUT], space separated (default: the folders that
+#                  slurm/prepare_data.sh makes, DATA_DIR/bookcorpus and DATA_DIR/wikipedia, each weighted
+#                  by its manifest's word count as the paper mixed them). Nodes with internet may name
+#                  the hub directly: DATA="hf:bookcorpus/bookcorpus@refs/convert/parquet@800
+#                  hf:wikimedia/wikipedia:20231101.en@2500" (each shard fetches ~1/K of the Parquet files)
+#   DATA_DIR       default $REPO/data/prepared
 #   EVAL_INTERVAL  evaluate on held-out text every N steps (default: no evaluation); EVAL_DATA the
 #                  held-out sources (DATA's syntax; required unless DATA=sample), EVAL_SAMPLES (1000)
 #   TARGET_MLM_ACCURACY  stop with a checkpoint at this held-out masked-LM accuracy (MLPerf: 0.72)
 #   KEEP_BEST=1    keep the best evaluated checkpoint apart from KEEP_LAST (OUTPUT_DIR/best.json)
-#   BOOKS_DIR      default $REPO/data/bookcorpus
 #   TOKENIZER      default: bert-base-uncased (built in; Google's vocabulary); --lowercase as extra argument
 #   OUTPUT_DIR     checkpoints, metrics.jsonl, tensorboard/, logs/ (default $REPO/runs/bert-large)
 #   SAVE_INTERVAL KEEP_LAST LOG_INTERVAL TRAIN_STEPS STOP_AT_STEP SEQ_LENGTH PYTHON
@@ -64,8 +66,18 @@ MICRO_BATCH="${MICRO_BATCH:-auto}"
 SAVE_INTERVAL="${SAVE_INTERVAL:-2000}"
 KEEP_LAST="${KEEP_LAST:-3}"
 LOG_INTERVAL="${LOG_INTERVAL:-100}"
-BOOKS_DIR="${BOOKS_DIR:-$REPO/data/bookcorpus}"
-DATA="${DATA:-books=$BOOKS_DIR/*.txt@800 hf:wikimedia/wikipedia:20231101.en@2500}"
+DATA_DIR="${DATA_DIR:-$REPO/data/prepared}"
+if [ -z "${DATA:-}" ]; then
+  # The prepared corpora; a missing one is made by slurm/prepare_data.sh (compute nodes often have no internet).
+  for corpus in "bookcorpus hf:bookcorpus/bookcorpus@refs/convert/parquet" "wikipedia hf:wikimedia/wikipedia:20231101.en"; do
+    read -r name hub <<< "$corpus"
+    if [ ! -f "$DATA_DIR/$name/manifest.json" ]; then
+      echo "error: $DATA_DIR/$name is not prepared; on a node with internet run: DATA_DIR=$DATA_DIR CORPORA=$name sbatch slurm/prepare_data.sh (it runs: python -m bert_ds.data.prepare $hub --output $DATA_DIR/$name), or set DATA" >&2
+      exit 2
+    fi
+  done
+  DATA="books=$DATA_DIR/bookcorpus@words wiki=$DATA_DIR/wikipedia@words"
+fi
 TOKENIZER="${TOKENIZER:-}"
 
 read -r -a data_sources <<< "$DATA"

@@ -13,6 +13,9 @@ from bert_ds.distributed import init_parallel, teardown_parallel
 # run here, subprocesses and spawned ranks included, takes fp32 for `auto` on any machine. The
 # bf16 tests ask for `--precision bf16`; tests/test_precision.py checks auto's own rule.
 os.environ["BERT_DS_CPU_BF16"] = "0"
+# No test reaches the hub (this machine has no internet; hub sources are tested against local
+# folders laid out as the hub, tests/hub_fixtures.py): offline, a hub call fails at once.
+os.environ["HF_HUB_OFFLINE"] = "1"
 # Every subprocess (a job run by path, `python -c`, `-m bert_ds...`) imports this checkout's
 # bert_ds, not whichever checkout the venv's editable install points at.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

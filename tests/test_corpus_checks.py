@@ -13,10 +13,10 @@ import pytest
 
 from bert_ds.cache import exclusive
 from bert_ds.config import DataConfig
-from bert_ds.data import json_records, sources
+from bert_ds.data import json_records, parquet_records, sources
 from bert_ds.data.loader import PretrainingLoader
 from bert_ds.data.record_index import index_file
-from bert_ds.data.sources import DataError, DataSource, check_sources, local_epoch
+from bert_ds.data.sources import DataError, DataSource, check_sources, source_epoch
 
 GOOD = json.dumps({"text": "A fine record. It has two sentences."})
 
@@ -76,7 +76,7 @@ def test_a_checked_file_is_not_read_again_by_the_next_start(tmp_path, monkeypatc
     check_sources([source])  # the same process: the source passed already
     monkeypatch.setattr(sources, "_CHECKED_SOURCES", set())  # as in a new process
     check_sources([source])  # the cached index: no scan
-    assert local_epoch(source, 0, 0).total == 500
+    assert source_epoch(source, 0, 0).total == 500
     path.write_text("\n".join([GOOD] * 501) + "\n")  # a changed file is checked again
     with pytest.raises(AssertionError, match="scanned again"):
         check_sources([source])
@@ -114,17 +114,17 @@ def test_parquet_text_must_be_strings_without_nulls(tmp_path):
     for kind in (pa.large_string(), pa.dictionary(pa.int32(), pa.string())):
         _parquet(tmp_path / "fine.parquet", pa.array(["a", "b", "c"]).cast(kind))
         check_sources([DataSource("wiki", str(tmp_path / "fine.parquet"))])
-        assert [r["text"] for r in local_epoch(DataSource("wiki", str(tmp_path / "fine.parquet")), 0, 0).iter_records()] == ["a", "b", "c"]
+        assert [r["text"] for r in source_epoch(DataSource("wiki", str(tmp_path / "fine.parquet")), 0, 0).iter_records()] == ["a", "b", "c"]
 
 
 def test_a_parquet_footer_is_read_once_per_process(tmp_path, monkeypatch):
     _parquet(tmp_path / "fine.parquet", pa.array(["a", "b", "c"]))
     source = DataSource("wiki", str(tmp_path / "fine.parquet"))
-    monkeypatch.setattr(sources, "_CHECKED_FOOTERS", set())
+    monkeypatch.setattr(parquet_records, "_CHECKED_FOOTERS", set())
     check_sources([source])
-    monkeypatch.setattr(sources, "_check_parquet_footer", lambda source, path: pytest.fail(f"{path} read again"))
+    monkeypatch.setattr(parquet_records, "check_parquet_footer", lambda source, path: pytest.fail(f"{path} read again"))
     check_sources([source])
-    local_epoch(source, 0, 1)
+    source_epoch(source, 0, 1)
 
 
 def test_blank_line_text_is_indexed_at_start_up_too(tmp_path):
@@ -137,7 +137,7 @@ def test_blank_line_text_is_indexed_at_start_up_too(tmp_path):
     path.write_text("One.\n\nTwo.\n\nThree.\n")
     check_sources([DataSource("g", str(path), layout="lines")])  # the layout says so as well
     assert index_file(str(path), "paragraphs").exists()
-    assert local_epoch(DataSource("g", str(path), layout="lines"), 0, 0).total == 3
+    assert source_epoch(DataSource("g", str(path), layout="lines"), 0, 0).total == 3
 
 
 def test_a_cache_on_a_file_system_without_locks_still_works(tmp_path, monkeypatch, capsys):
@@ -154,7 +154,7 @@ def test_a_cache_on_a_file_system_without_locks_still_works(tmp_path, monkeypatc
         (tmp_path / f"{name}.jsonl").write_text("\n".join([GOOD] * 7) + "\n")
     source = DataSource("wiki", str(tmp_path / "*.jsonl"))
     check_sources([source])
-    assert local_epoch(source, 0, 0).total == 14
+    assert source_epoch(source, 0, 0).total == 14
     assert capsys.readouterr().err.count("cannot be locked (Function not implemented)") == 1
 
 
@@ -186,7 +186,7 @@ def test_crlf_and_a_bom_starting_a_later_line_are_fine(tmp_path):
     path = tmp_path / "wiki.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + (GOOD + "\r\n").encode() * 3 + b"\xef\xbb\xbf" + (GOOD + "\r\n").encode() * 2)
     check_sources([DataSource("wiki", str(path))])
-    assert local_epoch(DataSource("wiki", str(path)), 0, 0).total == 5
+    assert source_epoch(DataSource("wiki", str(path)), 0, 0).total == 5
 
 
 def test_a_parquet_file_with_two_text_columns_is_named(tmp_path):

@@ -147,13 +147,18 @@ def test_evaluation_set_is_fixed_and_independent_of_the_training_seed(sample_tok
     assert 0 < sum(e.is_random_next for e in one) < 30
 
 
-def test_dry_run_checks_the_evaluation_files_and_shows_layouts(tmp_path, cache):
+def test_dry_run_checks_the_evaluation_files_and_shows_layouts(tmp_path, cache, monkeypatch):
+    from tests.hub_fixtures import bookcorpus_mirror, wikipedia_mirror
+
+    bookcorpus_mirror(tmp_path / "hub", sentences=600)  # the hub's Parquet files, read from a local mirror
+    wikipedia_mirror(tmp_path / "hub", articles=100, files=1)
+    monkeypatch.setenv("BERT_DS_HUB_MIRROR", str(tmp_path / "hub"))
     missing = run_pretrain(["--dry-run", "cpu", "--eval-interval", "5", "--eval-data", str(tmp_path / "held.jsonl")],
                            cache_dir=cache)
     assert missing.returncode == 2 and missing.stderr.strip().splitlines() == [
         f"error: Data source 'held': file not found: {tmp_path / 'held.jsonl'}"]
     plan = run_pretrain(["--dry-run", "cpu", "--eval-interval", "5", "--tokenizer", "bert-base-uncased",
-                         "--data", "hf:bookcorpus/bookcorpus@800", "wiki=hf:wikimedia/wikipedia:20231101.en@2500",
+                         "--data", "hf:bookcorpus/bookcorpus@refs/convert/parquet@800", "wiki=hf:wikimedia/wikipedia:20231101.en@2500",
                          "--eval-data", str(FIXTURES_WIKI)], cache_dir=cache)
     assert plan.returncode == 0, plan.stderr[-2000:]
     assert "layout sentences:256)" in plan.stdout and "layout article)" in plan.stdout

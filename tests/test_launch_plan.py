@@ -63,6 +63,7 @@ def checkout(tmp_path_factory) -> Path:
     books.mkdir(parents=True)
     for book in (Path(REPO) / "bert_ds" / "data" / "sample" / "books").glob("*.txt"):
         shutil.copy(book, books / book.name)
+    _prepared_corpora(root / "data" / "prepared", tmp_path_factory.mktemp("hub"))
     write_all_tasks(root / "glue_data")
     rng = random.Random(0)
     write_squad(root / "squad_data", rng)
@@ -70,6 +71,26 @@ def checkout(tmp_path_factory) -> Path:
     write_conll(root / "conll2003", rng, train=8, dev=4, test=4)
     _large_checkpoint_marker(root / "runs" / "bert-large", 900_000)
     return root
+
+
+def _prepared_corpora(folder: Path, hub: Path) -> None:
+    """data/prepared/{bookcorpus,wikipedia} as slurm/prepare_data.sh leaves them, made by the
+    prepare command from a local mirror of the hub's Parquet files (real English: the sample's
+    books one sentence per record, its Wikipedia articles one per record)."""
+    from bert_ds.data.prepare import main as prepare_main
+    from tests.hub_fixtures import BOOKS_ID, BOOKS_REVISION, WIKI_CONFIG, WIKI_ID, write_hub_file
+
+    sample = Path(REPO) / "bert_ds" / "data" / "sample"
+    sentences = [line.strip() for book in sorted((sample / "books").glob("*.txt"))[:3]
+                 for line in book.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    write_hub_file(hub, BOOKS_ID, BOOKS_REVISION, "plain_text/train/0000.parquet", dict(text=sentences), 1000)
+    articles = [json.loads(line)["text"] for line in (sample / "wiki" / "wikitext2-valid.jsonl").read_text().splitlines()]
+    write_hub_file(hub, WIKI_ID, "main", f"{WIKI_CONFIG}/train-00000-of-00001.parquet", dict(text=articles), 10)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BERT_DS_HUB_MIRROR", str(hub))
+        patch.setenv("BERT_DS_CACHE", str(hub / "cache"))
+        for name, spec in (("bookcorpus", f"hf:{BOOKS_ID}@{BOOKS_REVISION}"), ("wikipedia", f"hf:{WIKI_ID}:{WIKI_CONFIG}")):
+            assert prepare_main([spec, "--output", str(folder / name)]) == 0
 
 
 def _slurm_env(checkout: Path, nodes: int, cache: str, **settings) -> dict:
@@ -166,11 +187,16 @@ def test_the_recipe_is_what_the_scripts_resolve(checkout, tmp_path):
         assert resolved["model"]["num_layers"] == 24 and resolved["model"]["hidden_size"] == 1024
         assert resolved["tokenizer"].startswith("bert-base-uncased") and "uncased" in resolved["tokenizer"]
         assert resolved["padded_vocab_size"] == 30592 and resolved["vocab_size"] == 30522
-        assert [d["share"] for d in resolved["data"]] == pytest.approx([800 / 3300, 2500 / 3300])
+        # The prepared corpora, mixed by their manifests' word counts (as the paper mixed them).
+        words = [json.loads((checkout / "data" / "prepared" / n / "manifest.json").read_text())["words"]
+                 for n in ("bookcorpus", "wikipedia")]
+        assert [d["share"] for d in resolved["data"]] == pytest.approx([w / sum(words) for w in words])
+        assert [d["words"] for d in resolved["data"]] == words and all(d["epochs"] is not None for d in resolved["data"])
     assert (phase1["seq_length"], phase1["stop_at_step"], phase1["start_step"]) == (128, 900_000, 900_000)
     assert phase1["stop_at_step"] == 0.9 * phase1["train_steps"]  # 90% of the steps at 128 tokens
     assert (phase2["seq_length"], phase2["stop_at_step"], phase2["phase_start_step"]) == (512, None, 900_000)
     assert (phase2["start_step"], phase2["last_step"]) == (900_000, 1_000_000)
+    assert phase1["data"][0]["epochs"] == 0 and phase2["data"][0]["epochs"] > 0  # phase 1 is done in this checkout
     assert phase1["unk_check"] and all(s["unk_share"] < 0.01 for s in phase1["unk_check"])
     assert (phase1["precision"], phase1["precision_reason"]) == ("bf16", "planned for a GPU with bf16 (Ampere or later)")
     assert plan("slurm/pretrain_large.sh", PRECISION="fp16")["precision"] == "fp16"  # PRECISION reaches the run
@@ -298,3 +324,33 @@ def test_world_size_comes_from_the_launchers_variables(checkout):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "world 32 = TP 1 x PP 1 x DP 32 (world from the Slurm job's SLURM_NTASKS)" in result.stdout
     assert "global 256 = micro 8 x DP 32 x accumulation 1" in result.stdout
+
+
+def test_without_the_prepared_corpora_the_plan_names_the_command_that_makes_them(checkout, tmp_path):
+    env = _slurm_env(checkout, 4, str(tmp_path / "cache"), DATA_DIR=str(tmp_path / "nowhere"))
+    result, plan = _plan_script(checkout, "slurm/pretrain_large.sh", env, tmp_path / "plan.json")
+    _assert_one_error_line(result)
+    assert plan is None and f"error: {tmp_path}/nowhere/bookcorpus is not prepared" in result.stderr
+    assert (f"python -m bert_ds.data.prepare hf:bookcorpus/bookcorpus@refs/convert/parquet --output "
+            f"{tmp_path}/nowhere/bookcorpus" in result.stderr)
+
+
+def test_prepare_data_script_makes_the_folders_the_recipe_reads_and_resumes(checkout, tmp_path):
+    """slurm/prepare_data.sh as documented, against a local mirror of the hub, then the recipe's
+    plan on its output; a second run (a requeue) finds both folders complete."""
+    hub = tmp_path / "hub"
+    _prepared_corpora(tmp_path / "unused", hub)  # writes the mirror (and a first copy elsewhere)
+    env = {**os.environ, "BERT_DS_HUB_MIRROR": str(hub), "BERT_DS_CACHE": str(tmp_path / "cache"), "PYTHON": sys.executable,
+           "SLURM_SUBMIT_DIR": str(checkout), "DATA_DIR": str(tmp_path / "prepared"), "NUM_PROC": "1"}
+    first = subprocess.run(["bash", str(checkout / "slurm/prepare_data.sh")], capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    for name in ("bookcorpus", "wikipedia"):
+        assert json.loads((tmp_path / "prepared" / name / "manifest.json").read_text())["complete"]
+    again = subprocess.run(["bash", str(checkout / "slurm/prepare_data.sh")], capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert again.returncode == 0 and again.stderr.count("is prepared already") == 2
+    plan_env = _slurm_env(checkout, 4, str(tmp_path / "cache"), DATA_DIR=str(tmp_path / "prepared"))
+    result, plan = _plan_script(checkout, "slurm/pretrain_large.sh", plan_env, tmp_path / "plan.json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [d["location"] for d in plan["data"]] == [str(tmp_path / "prepared" / n) for n in ("bookcorpus", "wikipedia")]

@@ -11,7 +11,7 @@ import pytest
 
 from bert_ds.config import DataConfig
 from bert_ds.data import record_index
-from bert_ds.data.sources import DataError, DataSource, document_stream, epoch_files, local_epoch, parse_sources
+from bert_ds.data.sources import DataError, DataSource, document_stream, epoch_files, source_epoch, parse_sources
 from bert_ds.data.stream import SourceReader
 from bert_ds.data.text import TextStats
 
@@ -64,10 +64,10 @@ def test_any_range_reads_without_the_records_before_it(corpus, monkeypatch, name
     monkeypatch.setattr(record_index, "MAX_POINTS", 16)  # a coarse index: the stride doubles to 256
     folder, _ = corpus
     source = parse_sources([str(folder / name) + spec])[0]
-    every = [record["text"] for record in local_epoch(source, 0, 0).iter_records()]
+    every = [record["text"] for record in source_epoch(source, 0, 0).iter_records()]
     rng = random.Random(1)
     for _ in range(20):
-        epoch = local_epoch(source, 0, 0)  # fresh counters
+        epoch = source_epoch(source, 0, 0)  # fresh counters
         start = rng.randrange(len(every))
         stop = min(len(every), start + rng.randint(1, 300))
         assert [r["text"] for r in epoch.read(start, stop)] == every[start:stop]
@@ -80,19 +80,19 @@ def test_a_file_changed_after_indexing_is_indexed_again(tmp_path):
     path = tmp_path / "a.jsonl"
     path.write_text("".join(json.dumps({"text": f"old {i}"}) + "\n" for i in range(5)))
     source = DataSource("a", str(path))
-    assert local_epoch(source, 0, 0).total == 5
+    assert source_epoch(source, 0, 0).total == 5
     path.write_text("".join(json.dumps({"text": f"new {i}"}) + "\n" for i in range(7)))
-    assert [r["text"] for r in local_epoch(source, 0, 0).iter_records()] == [f"new {i}" for i in range(7)]
+    assert [r["text"] for r in source_epoch(source, 0, 0).iter_records()] == [f"new {i}" for i in range(7)]
 
 
 def test_bad_json_line_is_named_with_its_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"text": "fine"}\n\n{"text": broken}\n')
     with pytest.raises(DataError, match=r"'bad': .*bad.jsonl line 3 is not valid JSON"):
-        list(local_epoch(DataSource("bad", str(path)), 0, 0).iter_records())
+        list(source_epoch(DataSource("bad", str(path)), 0, 0).iter_records())
     path.write_text('{"text": "fine"}\n[1, 2]\n')
     with pytest.raises(DataError, match=r"bad.jsonl line 2 is an array, not a JSON object with a 'text' field"):
-        list(local_epoch(DataSource("bad", str(path)), 0, 0).iter_records())
+        list(source_epoch(DataSource("bad", str(path)), 0, 0).iter_records())
 
 
 def test_chunks_follow_row_groups_and_file_sizes():

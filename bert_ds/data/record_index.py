@@ -20,10 +20,8 @@ to shard j mod K). A chunk never crosses a file or a Parquet row group. Its size
 units / 64, rounded up, at most 1,024 units (a unit is a record, or N records for `sentences:N`):
 a small file gives every unit its own chunk (the sample's 60 Wikipedia articles, so any shard
 count stays balanced), a large one gives chunks big enough that reaching one costs nothing.
-A Parquet file of at least 64 row groups makes each row group one chunk (up to 1,024 units).
-A row group is decoded whole (its `text` column only), so in a file of fewer, larger row groups
-every shard with a chunk in one decodes all of it: write row groups of at most ~1,000 rows
-(`pyarrow.parquet.write_table(..., row_group_size=1000)`) and files of at least 64 of them.
+Parquet files are read by row group (data/parquet_records.py), which a chunk never crosses: write
+row groups of at most ~1,000 rows (`python -m bert_ds.data.prepare` does).
 
 Records are what the `datasets` readers yield for the same files: a .txt file is one record,
 decoded as UTF-8 with undecodable bytes replaced and universal newlines; blank-line documents are
@@ -53,7 +51,7 @@ MAX_POINTS = 65_536
 INDEX_VERSION = 2
 ANNOUNCE_BYTES = 1 << 28
 """Files larger than this say so on stderr while their index is built."""
-SECONDS_PER_GIB = {"jsonl": "6-22", "paragraphs": "about 3"}
+SECONDS_PER_GIB = {"jsonl": "6-22", "paragraphs": "about 3", "sha256": "about 2"}
 """Index build time per GiB: JSON Lines (every record parsed and checked; short records cost the
 most) on a 2-core Intel Xeon, 2026-12-03; blank-line text on a 2-core AMD EPYC, 2026-12-02."""
 
@@ -178,61 +176,6 @@ class FileRecords:
         pass
 
 
-class ParquetRecords(FileRecords):
-    def __init__(self, source_name: str, path: str, group: int):
-        import pyarrow.parquet as pq
-
-        super().__init__(source_name, path, group)
-        with pq.ParquetFile(path) as footer:  # closed again: a source may have thousands of files
-            metadata = footer.metadata
-        self._file = None
-        rows = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
-        self._group_starts = [int(s) for s in np.cumsum([0] + rows[:-1])] if rows else [0]
-        self.count = int(sum(rows))
-        # The `text` column's bytes in each row group (found by path: a nested column before it
-        # takes several slots). Only counted, for the loader benchmark.
-        text = [c for c in range(metadata.num_columns) if rows and metadata.row_group(0).column(c).path_in_schema == "text"]
-        self._group_bytes = [sum(metadata.row_group(g).column(c).total_compressed_size for c in text) for g in range(len(rows))]
-        self.chunk_starts = self._chunks(self._group_starts, self._chunk_records(rows)) if self.count else []
-        self._decoded: tuple[int, list] = (-1, [])
-
-    def _chunk_records(self, rows: list[int]) -> int:
-        size = chunk_size(self.count, self.group)
-        if len(rows) >= MIN_CHUNKS_PER_FILE:
-            # Row groups enough to share among shards: each is one chunk (up to the largest
-            # chunk), so a shard decodes only its own row groups.
-            size = max(size, min(max(rows), MAX_CHUNK_UNITS * self.group))
-        return size
-
-    def _row_group(self, g: int) -> list:
-        if self._decoded[0] != g:
-            if self._file is None:
-                import pyarrow.parquet as pq
-
-                self._file = pq.ParquetFile(self.path)
-            texts = self._file.read_row_group(g, columns=["text"]).column(0).to_pylist()
-            self.records_read += len(texts)
-            self.bytes_read += self._group_bytes[g]
-            self._decoded = (g, texts)
-        return self._decoded[1]
-
-    def read(self, start: int, stop: int) -> list[dict]:
-        records = []
-        while start < stop:
-            g = bisect.bisect_right(self._group_starts, start) - 1
-            texts = self._row_group(g)
-            begin = self._group_starts[g]
-            end = min(stop, begin + len(texts))
-            records.extend({"text": text} for text in texts[start - begin:end - begin])
-            start = end
-        return records
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-        self._file, self._decoded = None, (-1, [])
-
-
 def _open_text(path: str):
     # As `datasets`' text reader: UTF-8, undecodable bytes replaced, universal newlines.
     return open(path, encoding="utf-8", errors="replace")
@@ -319,19 +262,6 @@ class TextFileRecords(FileRecords):
         self.records_read += 1
         self.bytes_read += os.path.getsize(self.path)
         return [{"text": text}]
-
-
-def file_records(source_name: str, path: str, group: int, blank_line_documents: bool) -> FileRecords:
-    suffix = Path(path).suffix
-    if suffix == ".parquet":
-        return ParquetRecords(source_name, path, group)
-    if suffix in (".jsonl", ".json"):
-        from bert_ds.data.json_records import JsonLinesRecords  # it builds on this module
-
-        return JsonLinesRecords(source_name, path, group)
-    if blank_line_documents:
-        return ParagraphRecords(source_name, path, group)
-    return TextFileRecords(source_name, path, group)
 
 
 class EpochRecords:

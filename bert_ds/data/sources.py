@@ -4,8 +4,11 @@ data/record_index.py; hub datasets through `datasets` streaming).
 A source is written `[NAME=]LOCATION[@WEIGHT][#LAYOUT]`:
 - LOCATION is a local file, directory or glob of `.txt` (one document per file, or per blank-line
   separated block with `txt_documents="blank_line"`), `.jsonl`/`.json` or `.parquet` (a `text`
-  field per record), or a hub dataset `hf:ID[:CONFIG]` (e.g. `hf:wikimedia/wikipedia:20231101.en`);
-- WEIGHT is the source's share of the training examples, hence of tokens (normalised; default 1);
+  field per record); a folder made by `python -m bert_ds.data.prepare` (data/prepared.py); or a
+  hub dataset `hf:ID[:CONFIG][@REVISION]` (e.g. `hf:wikimedia/wikipedia:20231101.en`), read by
+  row group from its Parquet files (data/hub_parquet.py), else streamed by `datasets`;
+- WEIGHT is the source's share of the training tokens (normalised; default 1), or `words`: a
+  prepared folder's word count, so that sources mix as their sizes do (the paper's corpora);
 - LAYOUT says how records become documents (data/layouts.py: book, article, sentences[:N], lines;
   default from the source's kind, e.g. `sentences:256` for the hub's BookCorpus);
 - `sample` names the built-in sample corpus: its books and Wikipedia parts in the paper's
@@ -26,6 +29,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from bert_ds.data.hub_fs import parse_hub_location
 from bert_ds.errors import DataError  # noqa: F401 (raised here; imported from here by callers)
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
@@ -52,6 +56,12 @@ class DataSource:
     @property
     def is_hub(self) -> bool:
         return self.location.startswith("hf:")
+
+    @property
+    def is_prepared(self) -> bool:
+        from bert_ds.data.prepared import is_prepared
+
+        return not self.is_hub and is_prepared(self.location)
 
 
 # The sample split the demo and evaluation use: books and the WikiText-2 validation articles train,
@@ -88,22 +98,48 @@ def parse_sources(specs: list[str] | None) -> list[DataSource]:
         if "#" in rest:
             rest, _, layout = rest.rpartition("#")
             _parse_layout_of(spec, layout)
-        location, weight = rest, 1.0
+        location, weight_text = rest, ""
         if "@" in rest:
             location, _, weight_text = rest.rpartition("@")
-            try:
-                weight = float(weight_text)
-            except ValueError:
-                raise DataError(f"Data source {spec!r}: weight {weight_text!r} is not a number.") from None
-            if not (weight > 0 and math.isfinite(weight)):
-                raise DataError(f"Data source {spec!r}: weight must be positive and finite, got {weight}.")
+            if location.startswith("hf:") and not _is_weight(weight_text):
+                location, weight_text = rest, ""  # the hub revision: hf:ID[:CONFIG]@REVISION
         if not location:
             raise DataError(f"Data source {spec!r} names no location.")
-        sources.append(DataSource(name or _default_name(location, len(sources)), location, weight, layout))
+        if location.startswith("hf:"):
+            parse_hub_location(location)  # a malformed id fails here, not at the first read
+        name = name or _default_name(location, len(sources))
+        weight = _weight(spec, name, location, weight_text) if weight_text else 1.0
+        sources.append(DataSource(name, location, weight, layout))
     names = [source.name for source in sources]
     if len(set(names)) != len(names):
         raise DataError(f"Data source names must be unique, got {names}; name them as NAME=LOCATION.")
     return sources
+
+
+def _is_weight(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return text == "words"
+    return True
+
+
+def _weight(spec: str, name: str, location: str, text: str) -> float:
+    """A spec's `@WEIGHT`: a positive number, or `words` (a prepared folder's word count)."""
+    if text == "words":
+        from bert_ds.data.prepared import is_prepared, prepared_words
+
+        if location.startswith("hf:") or not is_prepared(location):
+            raise DataError(f"Data source {spec!r}: weight 'words' needs a folder made by python -m bert_ds.data.prepare "
+                            f"(it reads the word count from its manifest), and {location} is not one.")
+        return float(prepared_words(name, location))
+    try:
+        weight = float(text)
+    except ValueError:
+        raise DataError(f"Data source {spec!r}: weight {text!r} is not a number (nor 'words').") from None
+    if not (weight > 0 and math.isfinite(weight)):
+        raise DataError(f"Data source {spec!r}: weight must be positive and finite, got {weight}.")
+    return weight
 
 
 def _parse_layout_of(spec: str, layout: str):
@@ -122,6 +158,10 @@ def record_layout(source: DataSource, files: Optional[list[str]] = None):
 
     if source.layout:
         return _parse_layout_of(source.location, source.layout)
+    if source.is_prepared:
+        from bert_ds.data.prepared import prepared_layout
+
+        return _parse_layout_of(source.location, prepared_layout(source.name, source.location) or "article")
     if source.is_hub:
         return default_layout(source.location, None)
     return default_layout(source.location, _FORMATS[Path((files or local_files(source))[0]).suffix])
@@ -129,7 +169,7 @@ def record_layout(source: DataSource, files: Optional[list[str]] = None):
 
 def _default_name(location: str, index: int) -> str:
     if location.startswith("hf:"):
-        return location[3:].split(":")[0].split("/")[-1]
+        return location[3:].split("@")[0].split(":")[0].split("/")[-1]
     stem = Path(location.rstrip("/*")).stem or f"source{index}"
     return stem.replace("*", "") or f"source{index}"
 
@@ -137,7 +177,14 @@ def _default_name(location: str, index: int) -> str:
 def local_files(source: DataSource) -> list[str]:
     """The files of a local source, sorted, each checked to exist and be readable."""
     location = source.location
-    if os.path.isdir(location):
+    if os.path.isdir(os.path.join(location, ".prepare")) and not source.is_prepared:
+        raise DataError(f"Data source {source.name!r}: {location} is still being prepared (no manifest.json yet); "
+                        "finish it by running its python -m bert_ds.data.prepare command again.")
+    if source.is_prepared:
+        from bert_ds.data.prepared import prepared_files
+
+        files = prepared_files(source.name, location)
+    elif os.path.isdir(location):
         files = sorted(
             str(path) for path in Path(location).rglob("*") if path.is_file() and path.suffix in _FORMATS
         )
@@ -162,7 +209,9 @@ def local_files(source: DataSource) -> list[str]:
     if len({_FORMATS[suffix] for suffix in suffixes}) > 1:
         raise DataError(f"Data source {source.name!r} mixes file types {sorted(suffixes)}; split it in two.")
     if _FORMATS[suffixes.pop()] == "parquet":
-        _check_parquet_footers(source, files)
+        from bert_ds.data.parquet_records import check_parquet_footers
+
+        check_parquet_footers(source.name, files)
     return files
 
 
@@ -174,7 +223,12 @@ def check_sources(sources: list[DataSource], txt_documents: str = "file") -> Non
     (once per file, then cached), by the processes starting together at once."""
     for source in sources:
         if source.is_hub:
+            hub_parquet(source)  # lists the files, reads (and caches) the footers
             continue
+        if source.is_prepared:  # sizes and checksums first: they name a damaged shard best
+            from bert_ds.data.prepared import verify_shards
+
+            verify_shards(source.name, source.location)
         files = local_files(source)
         key = (source.name, txt_documents, tuple(_file_key(path) for path in files))
         if key in _CHECKED_SOURCES:  # rank 0 checks in its plan, then in its loader
@@ -201,55 +255,15 @@ def _file_key(path: str) -> tuple:
     return path, status.st_size, status.st_mtime_ns
 
 
-_CHECKED_FOOTERS: set[tuple] = set()
-"""(path, size, mtime) of the Parquet files whose footers passed, so each is read once per process."""
-
-
-def _check_parquet_footers(source: DataSource, files: list[str]) -> None:
-    for path in files:
-        key = _file_key(path)
-        if key not in _CHECKED_FOOTERS:
-            _check_parquet_footer(source, path)
-            _CHECKED_FOOTERS.add(key)
-
-
-def _check_parquet_footer(source: DataSource, path: str) -> None:
-    """A DataError unless the file's footer shows a `text` column of strings without nulls (read
-    from the row groups' statistics, where the writer kept them)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        with pq.ParquetFile(path) as parquet:
-            schema, metadata = parquet.schema_arrow, parquet.metadata
-    except Exception as error:  # pyarrow raises several types for a damaged file
-        raise DataError(f"Data source {source.name!r}: unreadable Parquet file {path}: {error}") from None
-    if "text" not in schema.names:
-        raise DataError(f"Data source {source.name!r}: {path} has no 'text' column (columns: {schema.names}).")
-    if schema.names.count("text") > 1:
-        raise DataError(f"Data source {source.name!r}: {path} has {schema.names.count('text')} columns named 'text'.")
-    kind = schema.field("text").type
-    if pa.types.is_dictionary(kind):
-        kind = kind.value_type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or str(kind) == "string_view"):
-        raise DataError(f"Data source {source.name!r}: {path} has a 'text' column of {kind}, not of strings.")
-    columns = [c for c in range(metadata.num_columns) if metadata.num_row_groups
-               and metadata.row_group(0).column(c).path_in_schema == "text"]
-    for group in range(metadata.num_row_groups):
-        for column in columns:
-            statistics = metadata.row_group(group).column(column).statistics
-            if statistics is not None and statistics.has_null_count and statistics.null_count:
-                raise DataError(
-                    f"Data source {source.name!r}: {path} row group {group} holds {statistics.null_count:,} "
-                    "null 'text' value(s); drop those rows or write them as empty strings."
-                )
+def epoch_order(count: int, seed: int, epoch: int) -> list[int]:
+    """The epoch's seeded order of a source's `count` files (the order its records are numbered in)."""
+    return [int(i) for i in np.random.default_rng([seed, epoch]).permutation(count)]
 
 
 def epoch_files(source: DataSource, seed: int, epoch: int) -> list[str]:
-    """A local source's files in the epoch's seeded order (the order its records are numbered in)."""
+    """A local source's files in the epoch's seeded order."""
     files = local_files(source)
-    order = np.random.default_rng([seed, epoch]).permutation(len(files))
-    return [files[i] for i in order]
+    return [files[i] for i in epoch_order(len(files), seed, epoch)]
 
 
 def blank_line_documents(source: DataSource, files: list[str], txt_documents: str = "file") -> bool:
@@ -260,37 +274,79 @@ def blank_line_documents(source: DataSource, files: list[str], txt_documents: st
     return record_layout(source, files).blank_line_documents or txt_documents == "blank_line"
 
 
-def local_epoch(source: DataSource, seed: int, epoch: int, txt_documents: str = "file", opened: Optional[dict] = None):
-    """One epoch of a local source as data/record_index.py's EpochRecords (record r found without
-    reading the ones before it). `opened` keeps each file's index between epochs."""
-    from bert_ds.data.record_index import EpochRecords, file_records
+def hub_parquet(source: DataSource, commit: Optional[str] = None):
+    """A hub source's Parquet files at `commit` (default: its revision's commit now) as
+    data/hub_parquet.HubParquet, or None when it has none and `datasets` streams it."""
+    from bert_ds.data.hub_parquet import resolve
 
-    files = epoch_files(source, seed, epoch)
-    group = record_layout(source, files).group
-    blank_lines = blank_line_documents(source, files, txt_documents)
+    return resolve(source.name, source.location, commit)
+
+
+def streams_whole(source: DataSource) -> bool:
+    """The source is one stream that every shard reads from its start (a hub dataset without
+    Parquet files), rather than chunks a shard reads only its own of."""
+    return source.is_hub and hub_parquet(source) is None
+
+
+def source_epoch(source: DataSource, seed: int, epoch: int, txt_documents: str = "file", opened: Optional[dict] = None,
+                 commit: Optional[str] = None):
+    """One epoch of a local or hub-Parquet source as data/record_index.py's EpochRecords (record
+    r found without reading the ones before it). `opened` keeps each file's reader between
+    epochs; `commit` pins a hub source (a resumed run's)."""
+    from bert_ds.data.record_index import EpochRecords
+
     opened = {} if opened is None else opened
+    group = record_layout(source).group
+    if source.is_hub:
+        from bert_ds.data.hub_parquet import RemoteParquetRecords
+
+        files = hub_parquet(source, commit).files
+        ordered = [files[i] for i in epoch_order(len(files), seed, epoch)]
+        for hub_file in ordered:
+            if hub_file.path not in opened:
+                opened[hub_file.path] = RemoteParquetRecords(source.name, hub_file, group)
+        return EpochRecords([opened[f.path] for f in ordered])
+    files = epoch_files(source, seed, epoch)
+    blank_lines = blank_line_documents(source, files, txt_documents)
     for path in files:
         if path not in opened:
             opened[path] = file_records(source.name, path, group, blank_lines and path.endswith(".txt"))
     return EpochRecords([opened[path] for path in files])
 
 
+def file_records(source_name: str, path: str, group: int, blank_line_documents: bool):
+    """The reader of one local file (data/record_index.py's FileRecords) for its format."""
+    suffix = Path(path).suffix
+    if suffix == ".parquet":
+        from bert_ds.data.parquet_records import local_parquet_records
+
+        return local_parquet_records(source_name, path, group)
+    if suffix in (".jsonl", ".json"):
+        from bert_ds.data.json_records import JsonLinesRecords
+
+        return JsonLinesRecords(source_name, path, group)
+    from bert_ds.data.record_index import ParagraphRecords, TextFileRecords
+
+    return (ParagraphRecords if blank_line_documents else TextFileRecords)(source_name, path, group)
+
+
 def load_source(source: DataSource):
-    """A hub source as a streaming `datasets.IterableDataset` (resumable with its state_dict)."""
+    """A hub source without Parquet files as a streaming `datasets.IterableDataset` (resumable
+    with its state_dict)."""
     from datasets import load_dataset
 
-    hub_id, _, config = source.location[3:].partition(":")
+    hub = parse_hub_location(source.location)
     try:
-        return load_dataset(hub_id, config or None, split="train", streaming=True)
+        return load_dataset(hub.hub_id, hub.config, split="train", streaming=True, revision=hub.revision)
     except Exception as error:  # network, unknown id, missing config: all end the same way
-        raise DataError(f"Data source {source.name!r}: cannot open hub dataset {hub_id!r}: {error}") from None
+        raise DataError(f"Data source {source.name!r}: cannot open hub dataset {hub.hub_id!r}: {error}") from None
 
 
 def document_stream(source: DataSource, seed: int, epoch: int, txt_documents: str = "file") -> Iterator[dict]:
-    """Every record of one source for one epoch, in order (local: files in the epoch's seeded order)."""
-    if source.is_hub:
+    """Every record of one source for one epoch, in order (files in the epoch's seeded order)."""
+    if streams_whole(source):
         return iter(load_source(source))
-    return local_epoch(source, seed, epoch, txt_documents).iter_records()
+    return source_epoch(source, seed, epoch, txt_documents).iter_records()
 
 
 def record_text(record: dict, source: DataSource, position: int) -> str:

@@ -25,7 +25,9 @@ import numpy as np
 
 from bert_ds.config import DataConfig
 from bert_ds.data.pairs import Document, Example, build_examples
-from bert_ds.data.sources import DataError, DataSource, load_source, local_epoch, record_layout, record_text
+from bert_ds.data.sources import (
+    DataError, DataSource, hub_parquet, load_source, record_layout, record_text, source_epoch, streams_whole,
+)
 from bert_ds.data.text import TextStats, clean_document, split_sentences
 
 # A block also ends when it holds this many tokens, bounding memory when documents are books.
@@ -43,11 +45,12 @@ class SourceReader:
     one-sentence records: data/layouts.py); "unit u" below and every counter in the state mean
     unit u of the epoch. Units are owned by shards through their chunk (`ownership`):
 
-    - "chunks" (local sources): unit u belongs to the chunk holding its first record
-      (data/record_index.py) and chunk j to shard j % num_shards, so a shard seeks from one of its
-      chunks to the next and never reads the others';
-    - "records" (hub sources, which are one stream read from its start; and the data state of a
-      checkpoint written before chunks existed): unit u belongs to shard u % num_shards.
+    - "chunks" (local sources and hub Parquet files): unit u belongs to the chunk holding its first
+      record (data/record_index.py) and chunk j to shard j % num_shards, so a shard seeks from one
+      of its chunks to the next and never reads the others';
+    - "records" (hub sources streamed by `datasets`, which are one stream read from its start; and
+      the data state of a checkpoint written before chunks existed): unit u belongs to shard
+      u % num_shards.
 
     No `consumed` layer may claim a unit the shard keeps. A layer, left by a re-division
     (data/reshard.py), describes what the shards of an earlier layout already read: unit u of
@@ -63,7 +66,10 @@ class SourceReader:
         self.records_this_epoch = 0
         self.started_at = 0
         self.consumed: list[dict] = []
-        self.ownership = "records" if source.is_hub else "chunks"
+        self.streamed = streams_whole(source)
+        self.ownership = "records" if self.streamed else "chunks"
+        # A hub Parquet source reads one commit for the whole run (a resumed run: the checkpoint's).
+        self.commit = hub_parquet(source).commit if source.is_hub and not self.streamed else None
         self._dataset = None
         self._records: Optional[Iterator[dict]] = None
         self._resume_from: Optional[dict] = None
@@ -75,7 +81,7 @@ class SourceReader:
 
     def state_dict(self) -> dict:
         dataset_state = None
-        if self.source.is_hub:
+        if self.streamed:
             dataset_state = self._dataset.state_dict() if self._records is not None else self._resume_from
         return dict(
             epoch=self.epoch,
@@ -87,6 +93,7 @@ class SourceReader:
             consumed=copy.deepcopy(self.consumed),
             ownership=self.ownership,
             dataset=copy.deepcopy(dataset_state),
+            commit=self.commit,
         )
 
     def load_state_dict(self, state: dict) -> None:
@@ -97,9 +104,11 @@ class SourceReader:
         self.shard_index, self.num_shards = state["shard_index"], state["num_shards"]
         self.consumed = copy.deepcopy(state["consumed"])
         # A state without the key predates chunks: its epoch continues by record.
-        self.ownership = "records" if self.source.is_hub else state.get("ownership", "records")
-        # A local source's position is records_this_epoch alone; a hub stream resumes from `datasets`' state.
-        self._resume_from = copy.deepcopy(state["dataset"]) if self.source.is_hub else None
+        self.ownership = "records" if self.streamed else state.get("ownership", "records")
+        if state.get("commit"):
+            self.commit = state["commit"]
+        # A chunked source's position is records_this_epoch alone; a hub stream resumes from `datasets`' state.
+        self._resume_from = copy.deepcopy(state["dataset"]) if self.streamed else None
         self._dataset, self._records, self._epoch_records = None, None, None
 
     def _reader_error(self, error: Exception) -> DataError:
@@ -146,15 +155,15 @@ class SourceReader:
         self.consumed = [layer for layer in self.consumed if layer["epoch"] > self.epoch]
         self.epoch += 1
         self.documents_this_epoch = self.records_this_epoch = self.started_at = 0
-        self.ownership = "records" if self.source.is_hub else "chunks"
+        self.ownership = "records" if self.streamed else "chunks"
         self._records, self._epoch_records = None, None
 
     def _next_local_unit(self) -> Optional[tuple[int, list[dict]]]:
         """This shard's next unit of the epoch and its records, seeking past other shards' chunks."""
         if self._epoch_records is None:
             try:
-                self._epoch_records = local_epoch(self.source, self.config.seed, self.epoch,
-                                                  self.config.txt_documents, self._opened)
+                self._epoch_records = source_epoch(self.source, self.config.seed, self.epoch,
+                                                   self.config.txt_documents, self._opened, self.commit)
             except DataError:
                 raise
             except Exception as error:  # pyarrow on a damaged file, an I/O error
@@ -242,7 +251,7 @@ class SourceReader:
         """The next non-empty document of this shard as sentences of token ids; starts a new
         epoch at the end of the source."""
         while True:
-            found = self._next_hub_unit() if self.source.is_hub else self._next_local_unit()
+            found = self._next_hub_unit() if self.streamed else self._next_local_unit()
             if found is None:
                 self._next_epoch()
                 continue

@@ -19,19 +19,8 @@ from bert_ds.config import ConfigError, ModelConfig, padded_vocab_size, validate
 from bert_ds.training.args import RunConfig
 from bert_ds.training.batch_plan import BatchPlan, micro_batch_ceiling, plan_batches
 from bert_ds.training.ds_config import DeepSpeedSetup
+from bert_ds.training.data_plan import SourcePlan, plan_sources, words_ratio_note
 from bert_ds.training.footprint import MemoryEstimate
-
-
-@dataclass(frozen=True)
-class SourcePlan:
-    """One data source as the run will read it."""
-
-    name: str
-    location: str
-    share: float
-    """Share of the training tokens (weights normalised)."""
-    detail: str
-    """Local: files and bytes; hub: how it is opened."""
 
 
 @dataclass
@@ -149,12 +138,17 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
                         f"{micro_batch_ceiling(model_config, run.data.seq_length)} at {run.data.seq_length} tokens)")
     stage = deepspeed.zero_stage
     precision = choice.name
-    sources = _sources(run)
     if run.eval.eval_data:  # a missing or unreadable held-out file fails the plan, not the run
         from bert_ds.data.sources import check_sources, parse_sources
 
         check_sources(parse_sources(run.eval.eval_data), run.data.txt_documents)
     resume_text, start_step = _resume(run)
+    last_step = min(run.optim.train_steps, run.checkpoint.stop_at_step or run.optim.train_steps)
+    run_tokens = max(last_step - start_step, 0) * run.optim.global_batch_size * run.data.seq_length
+    sources = plan_sources(run, tokenizer, dp * max(run.data.num_workers, 1), run_tokens)
+    ratio = words_ratio_note(sources)
+    if ratio:
+        notes.append(ratio)
     with_nsp = run.data.objective == "mlm_nsp"
     memory = memory_per_device(
         model_config, seq=run.data.seq_length, micro=batch.micro_batch_size, accumulation=batch.accumulation,
@@ -195,25 +189,6 @@ def _tokenizer(run: RunConfig, tokenizer) -> tuple[object, str, int]:
             return None, f"sentencepiece, trained on the sample at start (at most {SAMPLE_VOCAB_SIZE} entries)", SAMPLE_VOCAB_SIZE
     text = f"{tokenizer.name}: {tokenizer.vocab_size:,} entries, {tokenizer.casing()}"
     return tokenizer, text, tokenizer.vocab_size
-
-
-def _sources(run: RunConfig) -> list[SourcePlan]:
-    from bert_ds.data.sources import local_files, parse_sources, record_layout
-
-    sources = parse_sources(run.data.sources)
-    total = sum(s.weight for s in sources)
-    plans = []
-    for source in sources:
-        files = None
-        if source.is_hub:
-            detail = "hub dataset, streamed: the run opens it at start, a dry run does not"
-        else:
-            files = local_files(source)  # a missing or unreadable file is an error here
-            size = sum(os.path.getsize(f) for f in files)
-            detail = f"{len(files):,} file(s), {size / 2**20:,.1f} MiB"
-        detail += f"; layout {record_layout(source, files)}"
-        plans.append(SourcePlan(source.name, source.location, source.weight / total, detail))
-    return plans
 
 
 def sample_sources(run: RunConfig, tokenizer, include_hub: bool = False) -> list:

@@ -112,7 +112,8 @@ def format_pretrain_plan(plan) -> str:
     ]
     if plan.device_type == "gpu":
         rows.append(("scaling", estimate_text(*scaling_estimate(plan))))
-    warnings = [w for w in (sample.warning() for sample in plan.samples) if w]
+    warnings = [w for source in plan.sources for w in source.warnings]
+    warnings += [w for w in (sample.warning() for sample in plan.samples) if w]
     return render_table("bert_ds launch plan (pre-training)", rows, plan.notes + warnings)
 
 

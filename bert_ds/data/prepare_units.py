@@ -1,0 +1,173 @@
+"""The work of `python -m bert_ds.data.prepare`: a source's inputs cut into units, and one unit
+written as Parquet shards that a killed run continues exactly where it stopped.
+
+A unit is a run of consecutive input files holding about one shard's worth of input bytes (a
+larger file is a unit alone), so the units, and the shards each writes, depend on the source
+alone: any `--num-proc` writes the same bytes. Unit u writes `shard-UUUUU-KKKK.parquet`, each a
+`.partial` file until complete, then renamed; after each shard, the unit's state file
+(`.prepare/unit-UUUUU.json`, replaced atomically) records the shards done and the input record
+the next one starts at. A rerun deletes partial files and continues each unit from its state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from bert_ds.errors import DataError
+
+STATE_DIR = ".prepare"
+KEPT_COLUMNS = ("id", "title")
+"""Besides `text`, the columns a shard keeps where its source has them (as strings)."""
+READ_RECORDS = 4096
+"""Input records read per call (a Parquet row group is decoded whole either way)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What fixes the output bytes: a rerun must use the same."""
+
+    shard_bytes: int
+    row_group_rows: int
+    columns: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        return dict(shard_bytes=self.shard_bytes, row_group_rows=self.row_group_rows, columns=list(self.columns))
+
+
+@dataclass(frozen=True)
+class Unit:
+    index: int
+    inputs: tuple[int, ...]
+    """Indexes of the source's input files (readers) this unit reads, in order."""
+    records: int
+
+
+def plan_units(sizes: list[int], counts: list[int], shard_bytes: int) -> list[Unit]:
+    """Consecutive inputs grouped to about `shard_bytes` of input each."""
+    units, current, current_bytes = [], [], 0
+    for k, size in enumerate(sizes):
+        if current and current_bytes + size > shard_bytes:
+            units.append(current)
+            current, current_bytes = [], 0
+        current.append(k)
+        current_bytes += size
+    if current:
+        units.append(current)
+    return [Unit(u, tuple(inputs), sum(counts[k] for k in inputs)) for u, inputs in enumerate(units)]
+
+
+def state_path(output: Path, unit: int) -> Path:
+    return output / STATE_DIR / f"unit-{unit:05d}.json"
+
+
+def read_unit_state(output: Path, unit: int) -> dict:
+    path = state_path(output, unit)
+    if not path.exists():
+        return dict(shards=[], next_record=0, done=False)
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        raise DataError(f"{path} is damaged; delete {output / STATE_DIR} and the shard files to prepare from scratch.") from None
+
+
+def _write_unit_state(output: Path, unit: int, state: dict) -> None:
+    path = state_path(output, unit)
+    staging = path.with_name(path.name + f".tmp-{os.getpid()}")
+    staging.write_text(json.dumps(state))
+    os.replace(staging, path)
+
+
+def shard_name(unit: int, k: int) -> str:
+    return f"shard-{unit:05d}-{k:04d}.parquet"
+
+
+def _schema(columns: tuple[str, ...]):
+    import pyarrow as pa
+
+    return pa.schema([(name, pa.string()) for name in columns])
+
+
+def _row(record: dict, columns: tuple[str, ...], where: Callable[[], str]) -> dict:
+    text = record.get("text")
+    if not isinstance(text, str):
+        problem = "has no 'text'" if "text" not in record else f"has a 'text' that is {type(text).__name__}, not a string"
+        raise DataError(f"{where()} {problem} (fields: {sorted(record)}).")
+    row = {"text": text}
+    for name in columns[1:]:
+        value = record.get(name)
+        row[name] = None if value is None else str(value)
+    return row
+
+
+def write_unit(unit: Unit, read: Callable[[int, int], list[dict]], output: Path, settings: Settings,
+               describe: Callable[[int], str], progress: Callable[[int, int], None]) -> list[dict]:
+    """Write (or finish) unit `unit`; returns its shards' manifest entries. `read(start, stop)`
+    gives the unit's input records [start, stop) in order; `describe(r)` names input record r
+    (for errors); `progress(records, text_bytes)` is told what each row group added."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    state = read_unit_state(output, unit.index)
+    if state["done"]:
+        return state["shards"]
+    for stale in output.glob(f"shard-{unit.index:05d}-*.parquet.partial"):
+        stale.unlink()
+    start = state["next_record"]
+    schema = _schema(settings.columns)
+    while start < unit.records:
+        name = shard_name(unit.index, len(state["shards"]))
+        partial = output / (name + ".partial")
+        entry = dict(path=name, records=0, row_groups=0, words=0, characters=0)
+        with pq.ParquetWriter(partial, schema, compression="zstd", write_statistics=["text"]) as writer:
+            while start < unit.records:
+                rows = []
+                while len(rows) < settings.row_group_rows and start < unit.records:
+                    batch = read(start, min(start + READ_RECORDS, unit.records, start + settings.row_group_rows - len(rows)))
+                    if not batch:
+                        raise DataError(f"{describe(start)}: the input ended early; it changed while being read.")
+                    for record in batch:
+                        rows.append(_row(record, settings.columns, lambda: f"{describe(start)} (shard {name} row "
+                                                                          f"{entry['records'] + len(rows)})"))
+                        start += 1
+                writer.write_table(pa.Table.from_pylist(rows, schema=schema))
+                entry["records"] += len(rows)
+                entry["row_groups"] += 1
+                words = sum(len(row["text"].split()) for row in rows)
+                characters = sum(len(row["text"]) for row in rows)
+                entry["words"] += words
+                entry["characters"] += characters
+                progress(len(rows), characters)
+                if partial.stat().st_size >= settings.shard_bytes:
+                    break
+        from bert_ds.data.prepared import file_sha256
+
+        entry["bytes"], entry["sha256"] = partial.stat().st_size, file_sha256(str(partial))
+        os.replace(partial, output / name)
+        state["shards"].append(entry)
+        state["next_record"] = start
+        state["done"] = start >= unit.records
+        _write_unit_state(output, unit.index, state)
+    if not state["done"]:  # a unit without records
+        state["done"] = True
+        _write_unit_state(output, unit.index, state)
+    return state["shards"]
+
+
+def check_settings(output: Path, settings: Settings, source: dict) -> Optional[str]:
+    """Record the settings of a new folder, or compare a resumed folder's: the first difference
+    as a sentence (None when they agree)."""
+    path = output / STATE_DIR / "settings.json"
+    wanted = dict(settings.as_dict(), source=source)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(wanted, indent=1))
+        return None
+    saved = json.loads(path.read_text())
+    for key, value in wanted.items():
+        if saved.get(key) != value:
+            return f"{output} was started with {key} {saved.get(key)!r}, this run asks for {value!r}"
+    return None
