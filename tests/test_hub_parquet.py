@@ -1,4 +1,4 @@
-"""Hub sources read by row group from their Parquet files (bert_ds/data/hub_parquet.py, hub_fs.py),
+"""Hub sources read by row group from their Parquet files (bert_ds/data/hub/),
 against a local folder laid out as the hub (tests/hub_fixtures.py) and read through the same
 fsspec calls, counting the bytes each loader shard fetches."""
 
@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from bert_ds.config import DataConfig
-from bert_ds.data import hub_fs, hub_parquet
+from bert_ds.data.hub import fs as hub_fs, parquet as hub_parquet
 from bert_ds.data.sources import DataError, check_sources, parse_sources, streams_whole
 from bert_ds.data.stream import SourceReader
 from bert_ds.data.text import TextStats
@@ -201,3 +201,28 @@ def test_a_checkpoint_keeps_the_commit_it_read(hub):
     assert resumed.commit == "main"
     resumed.load_state_dict(state)
     assert resumed.commit == "c1" and resumed.next_document() == reader.next_document()
+
+
+def test_pretraining_on_hub_sources_resumes_exactly(hub, tmp_path, monkeypatch):
+    """Two ranks train on BookCorpus and Wikipedia as the hub serves them (each rank fetching its
+    own row groups); resumed from the step-3 checkpoint, the losses continue bitwise."""
+    from tests.helpers import read_metrics, run_pretrain
+
+    monkeypatch.setenv("BERT_DS_HUB_MIRROR", str(hub))  # a plain folder: the jobs are other processes
+
+    bookcorpus_mirror(hub, sentences=6000, row_group_size=256)
+    wikipedia_mirror(hub, articles=800, files=2, row_group_size=10, sentences=10)
+    common = ["--preset", "tiny", "--tokenizer", "bert-base-uncased", "--train-steps", "6", "--log-interval", "1",
+              "--zero-stage", "2", "--data", f"books=hf:{BOOKS_ID}@{BOOKS_REVISION}@800", f"{WIKI}@2500"]
+    save = tmp_path / "ckpt"
+
+    def train(name, extra):
+        metrics = tmp_path / f"{name}.jsonl"
+        result = run_pretrain(common + ["--metrics-file", str(metrics), *extra], nproc=2)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return [m for m in read_metrics(metrics) if "loss" in m]
+
+    straight = train("straight", ["--save", str(save), "--save-interval", "3"])
+    resumed = train("resumed", ["--load", str(save / "step00000003")])
+    assert [m["step"] for m in resumed] == [4, 5, 6]
+    assert [m["loss"] for m in resumed] == [m["loss"] for m in straight[3:]]

@@ -77,7 +77,7 @@ def _prepared_corpora(folder: Path, hub: Path) -> None:
     """data/prepared/{bookcorpus,wikipedia} as slurm/prepare_data.sh leaves them, made by the
     prepare command from a local mirror of the hub's Parquet files (real English: the sample's
     books one sentence per record, its Wikipedia articles one per record)."""
-    from bert_ds.data.prepare import main as prepare_main
+    from bert_ds.data.prepare.command import main as prepare_main
     from tests.hub_fixtures import BOOKS_ID, BOOKS_REVISION, WIKI_CONFIG, WIKI_ID, write_hub_file
 
     sample = Path(REPO) / "bert_ds" / "data" / "sample"

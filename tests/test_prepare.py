@@ -1,4 +1,4 @@
-"""`python -m bert_ds.data.prepare` (bert_ds/data/prepare.py, prepare_units.py) and the prepared
+"""`python -m bert_ds.data.prepare` (bert_ds/data/prepare/) and the prepared
 folder as a source (data/prepared.py): hub-shaped and local inputs, killed and resumed to the
 same bytes, counts equal to a direct count, bad input as one `error:` line, and a loader shard
 reading 1/K of a prepared corpus."""
@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from bert_ds.config import DataConfig
-from bert_ds.data import hub_parquet
-from bert_ds.data.prepare import main as prepare_main
+from bert_ds.data.hub import parquet as hub_parquet
+from bert_ds.data.prepare.command import main as prepare_main
 from bert_ds.data.sources import DataError, check_sources, parse_sources, source_epoch
 from bert_ds.data.stream import SourceReader
 from bert_ds.data.text import TextStats

@@ -1,12 +1,13 @@
 """A Parquet file's records by number, read by row group: a local file, or a remote one through
-fsspec (a hub dataset's Parquet files, data/hub_parquet.py), whose row groups are fetched by
+fsspec (a hub dataset's Parquet files, data/hub/parquet.py), whose row groups are fetched by
 HTTP range requests.
 
 A row group is decoded whole (its `text` column only), so which row groups a shard touches is
 what it costs. Chunks (data/record_index.py) never cross a row group; a remote file makes every
 row group one chunk, so a loader shard fetches only its own row groups (plus each file's footer
 once). A local file of at least 64 row groups does the same; a smaller one is cut finer, so that
-the shards of a small corpus stay balanced.
+the shards of a small corpus stay balanced; a prepared folder's shards (data/prepared.py), whose
+row groups were written for it, also make each row group one chunk.
 """
 
 from __future__ import annotations
@@ -45,11 +46,11 @@ class ParquetFooter:
 
 
 class ParquetRecords(FileRecords):
-    """Records of one local Parquet file; RemoteParquetRecords (data/hub_parquet.py) reads a
+    """Records of one local Parquet file; RemoteParquetRecords (data/hub/parquet.py) reads a
     remote one. `bytes_read` counts each decoded row group's compressed `text` column."""
 
     columns: tuple[str, ...] = ("text",)
-    """The columns a record holds (data/prepare.py keeps a source's `id` and `title` too)."""
+    """The columns a record holds (data/prepare/command.py keeps a source's `id` and `title` too)."""
 
     def __init__(self, source_name: str, path: str, group: int, footer: ParquetFooter, whole_row_groups: bool = False):
         super().__init__(source_name, path, group)
@@ -104,12 +105,12 @@ class ParquetRecords(FileRecords):
         self._file, self._decoded = None, (-1, [])
 
 
-def local_parquet_records(source_name: str, path: str, group: int) -> ParquetRecords:
+def local_parquet_records(source_name: str, path: str, group: int, whole_row_groups: bool = False) -> ParquetRecords:
     import pyarrow.parquet as pq
 
     with pq.ParquetFile(path) as parquet:  # closed again: a source may have thousands of files
         footer = ParquetFooter.of(parquet.metadata)
-    return ParquetRecords(source_name, path, group, footer)
+    return ParquetRecords(source_name, path, group, footer, whole_row_groups)
 
 
 _CHECKED_FOOTERS: set[tuple] = set()

@@ -6,7 +6,7 @@ A source is written `[NAME=]LOCATION[@WEIGHT][#LAYOUT]`:
   separated block with `txt_documents="blank_line"`), `.jsonl`/`.json` or `.parquet` (a `text`
   field per record); a folder made by `python -m bert_ds.data.prepare` (data/prepared.py); or a
   hub dataset `hf:ID[:CONFIG][@REVISION]` (e.g. `hf:wikimedia/wikipedia:20231101.en`), read by
-  row group from its Parquet files (data/hub_parquet.py), else streamed by `datasets`;
+  row group from its Parquet files (data/hub/parquet.py), else streamed by `datasets`;
 - WEIGHT is the source's share of the training tokens (normalised; default 1), or `words`: a
   prepared folder's word count, so that sources mix as their sizes do (the paper's corpora);
 - LAYOUT says how records become documents (data/layouts.py: book, article, sentences[:N], lines;
@@ -29,7 +29,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from bert_ds.data.hub_fs import parse_hub_location
+from bert_ds.data.hub.fs import parse_hub_location
 from bert_ds.errors import DataError  # noqa: F401 (raised here; imported from here by callers)
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
@@ -276,8 +276,8 @@ def blank_line_documents(source: DataSource, files: list[str], txt_documents: st
 
 def hub_parquet(source: DataSource, commit: Optional[str] = None):
     """A hub source's Parquet files at `commit` (default: its revision's commit now) as
-    data/hub_parquet.HubParquet, or None when it has none and `datasets` streams it."""
-    from bert_ds.data.hub_parquet import resolve
+    data/hub/parquet.py's HubParquet, or None when it has none and `datasets` streams it."""
+    from bert_ds.data.hub.parquet import resolve
 
     return resolve(source.name, source.location, commit)
 
@@ -298,7 +298,7 @@ def source_epoch(source: DataSource, seed: int, epoch: int, txt_documents: str =
     opened = {} if opened is None else opened
     group = record_layout(source).group
     if source.is_hub:
-        from bert_ds.data.hub_parquet import RemoteParquetRecords
+        from bert_ds.data.hub.parquet import RemoteParquetRecords
 
         files = hub_parquet(source, commit).files
         ordered = [files[i] for i in epoch_order(len(files), seed, epoch)]
@@ -310,17 +310,18 @@ def source_epoch(source: DataSource, seed: int, epoch: int, txt_documents: str =
     blank_lines = blank_line_documents(source, files, txt_documents)
     for path in files:
         if path not in opened:
-            opened[path] = file_records(source.name, path, group, blank_lines and path.endswith(".txt"))
+            opened[path] = file_records(source.name, path, group, blank_lines and path.endswith(".txt"), source.is_prepared)
     return EpochRecords([opened[path] for path in files])
 
 
-def file_records(source_name: str, path: str, group: int, blank_line_documents: bool):
-    """The reader of one local file (data/record_index.py's FileRecords) for its format."""
+def file_records(source_name: str, path: str, group: int, blank_line_documents: bool, whole_row_groups: bool = False):
+    """The reader of one local file (data/record_index.py's FileRecords) for its format; a
+    Parquet file with `whole_row_groups` (a prepared shard) makes each row group one chunk."""
     suffix = Path(path).suffix
     if suffix == ".parquet":
         from bert_ds.data.parquet_records import local_parquet_records
 
-        return local_parquet_records(source_name, path, group)
+        return local_parquet_records(source_name, path, group, whole_row_groups)
     if suffix in (".jsonl", ".json"):
         from bert_ds.data.json_records import JsonLinesRecords
 

@@ -93,7 +93,7 @@ def _local_plan(source, share: float) -> SourcePlan:
 
     manifest = read_manifest(source.name, source.location)
     origin = manifest.get("hub_id") and f"{manifest['hub_id']} {manifest.get('config') or ''} at {manifest.get('commit')}"
-    detail = (f"prepared: {len(files):,} shards, {size / 2**20:,.1f} MiB, {manifest['records']:,} records"
+    detail = (f"prepared: {len(files):,} shard(s), {size / 2**20:,.1f} MiB, {manifest['records']:,} records"
               f"{' of ' + origin if origin else ''}")
     warning = shortfall_warning(source.name, manifest)
     return SourcePlan(source.name, source.location, share, detail, words=manifest["words"],
@@ -101,7 +101,7 @@ def _local_plan(source, share: float) -> SourcePlan:
 
 
 def _hub_plan(source, share: float, shards: int) -> SourcePlan:
-    from bert_ds.data.hub_parquet import shard_fetch_share
+    from bert_ds.data.hub.parquet import shard_fetch_share
     from bert_ds.data.sources import hub_parquet
 
     found = hub_parquet(source)

@@ -54,7 +54,7 @@ def shard_reads(source, config, shard: int, shards: int) -> dict:
         if reader.epoch > 0:  # the first document of epoch 1 was read: not counted
             break
         kept += 1
-        if source.is_hub:
+        if reader.streamed:  # a hub dataset without Parquet files: every record up to the shard's last
             parsed = reader.records_this_epoch
         else:
             parsed = sum(f.records_read for f in reader._opened.values())

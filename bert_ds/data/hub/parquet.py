@@ -5,7 +5,7 @@ The hub serves datasets as Parquet: `wikimedia/wikipedia` as it was uploaded
 (`20231101.en/train-00000-of-00041.parquet`), and any other dataset through its automatic
 conversion on the `refs/convert/parquet` branch (`plain_text/train/0000.parquet`;
 `partial-train/` where the conversion stopped early, for datasets over 5 GB). A source lists the
-train split's files at its pinned commit (data/hub_fs.py), reads their footers once (cached in
+train split's files at its pinned commit (data/hub/fs.py), reads their footers once (cached in
 BERT_DS_CACHE/hub-index, keyed by dataset, commit, file and size: a commit never changes), and
 its shards read their own row groups (data/parquet_records.py). A dataset with no Parquet files
 at that revision is streamed by `datasets` instead: every shard then reads the whole stream.
@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from bert_ds.data.hub_fs import (
+from bert_ds.data.hub.fs import (
     HUB_MIRROR_ENV, CountingFile, HubLocation, hub_filesystem, parse_hub_location, pin_revision, repo_root, with_retries,
 )
 from bert_ds.data.parquet_records import ParquetFooter, ParquetRecords, check_text_column

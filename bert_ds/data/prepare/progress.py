@@ -35,7 +35,7 @@ class Progress:
 
 
 def _worker(task, messages) -> list[dict]:
-    from bert_ds.data.prepare import write_unit_in_worker
+    from bert_ds.data.prepare.inputs import write_unit_in_worker
 
     args, unit, settings, output = task
     return write_unit_in_worker(args, unit, settings, output, lambda records, size: messages.put((records, size)))

@@ -16,7 +16,7 @@ raw text, not token ids, so the tokenizer and the sequence length stay free choi
                                manifest is refused by the loader.
 
 Killed at any point, the same command continues after the last complete shard
-(data/prepare_units.py) and writes the bytes an uninterrupted run writes. A folder that holds
+(data/prepare/units.py) and writes the bytes an uninterrupted run writes. A folder that holds
 other files is refused. `--num-proc N` writes N units at once (where the source has several
 files); the output does not depend on N.
 """
@@ -35,9 +35,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from bert_ds.data.prepare_units import (
-    KEPT_COLUMNS, STATE_DIR, Settings, check_settings, plan_units, read_unit_state, write_unit,
-)
+from bert_ds.data.prepare.inputs import Inputs, saved_commit, write_inputs_unit
+from bert_ds.data.prepare.units import STATE_DIR, Settings, check_settings, plan_units, read_unit_state
 from bert_ds.data.prepared import EXPECTED_RECORDS, FORMAT, MANIFEST, VERSION, shortfall_warning
 from bert_ds.errors import USER_ERRORS, DataError, report
 
@@ -57,74 +56,6 @@ def parse_size(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"a size must be positive, got {text!r}")
     return value
-
-
-class Inputs:
-    """A source's input files as record readers, in order, with what the manifest says of them."""
-
-    def __init__(self, spec: str, txt_documents: str, commit: Optional[str]):
-        from bert_ds.data.sources import parse_sources, record_layout
-
-        sources = parse_sources([spec])
-        if len(sources) != 1:
-            raise DataError(f"prepare takes one source, {spec!r} names {len(sources)}; prepare them one at a time.")
-        self.source = source = sources[0]
-        self.layout = record_layout(source)
-        self.meta = dict(spec=spec, name=source.name, location=source.location, layout=str(self.layout))
-        if source.is_hub:
-            self._open_hub(commit)
-        else:
-            self._open_local(txt_documents)
-        self.counts = [reader.count for reader in self.readers]
-
-    def _open_hub(self, commit: Optional[str]) -> None:
-        from bert_ds.data.hub_fs import parse_hub_location
-        from bert_ds.data.hub_parquet import RemoteParquetRecords, footer_columns
-        from bert_ds.data.sources import hub_parquet
-
-        hub = parse_hub_location(self.source.location)
-        found = hub_parquet(self.source, commit)
-        if found is None:
-            raise DataError(f"Data source {self.source.name!r}: hub dataset {hub.hub_id!r} has no Parquet files at "
-                            f"revision {hub.revision!r}; prepare its Parquet conversion: hf:{hub.hub_id}"
-                            f"{':' + hub.config if hub.config else ''}@refs/convert/parquet")
-        self.meta.update(hub_id=hub.hub_id, config=hub.config or found.files[0].path.split("/")[3],
-                         revision=hub.revision, commit=found.commit, partial_conversion=found.partial)
-        self.readers = [RemoteParquetRecords(self.source.name, f, self.layout.group) for f in found.files]
-        self.names = [f.path for f in found.files]
-        self.sizes = [f.size for f in found.files]
-        self.columns = ("text",) + tuple(c for c in KEPT_COLUMNS if c in footer_columns(found.files[0]))
-
-    def _open_local(self, txt_documents: str) -> None:
-        from bert_ds.data.sources import blank_line_documents, check_sources, file_records, local_files
-
-        check_sources([self.source], txt_documents)  # every record checked: a bad one named by file and line
-        files = local_files(self.source)
-        blank_lines = blank_line_documents(self.source, files, txt_documents)
-        self.readers = [file_records(self.source.name, path, self.layout.group, blank_lines and path.endswith(".txt"))
-                        for path in files]
-        self.names, self.sizes = files, [os.path.getsize(path) for path in files]
-        self.columns = ("text",) + tuple(c for c in KEPT_COLUMNS if c in self._local_columns())
-
-    def _local_columns(self) -> list[str]:
-        first = next((reader for reader in self.readers if reader.count), None)
-        if first is None:
-            return []
-        if self.names[0].endswith(".parquet"):
-            import pyarrow.parquet as pq
-
-            return pq.read_schema(first.path).names
-        record = first.read(0, 1)[0]
-        first.close()
-        return [name for name, value in record.items() if isinstance(value, (str, int))]
-
-    def describe(self, inputs: tuple[int, ...], record: int) -> str:
-        """Names record `record` of the unit made of `inputs`."""
-        for k in inputs:
-            if record < self.counts[k]:
-                return f"Data source {self.source.name!r}: {self.names[k]} record {record}"
-            record -= self.counts[k]
-        return f"Data source {self.source.name!r}: record past the end of {self.names[inputs[-1]]}"
 
 
 def _default_row_group_rows(group: int) -> int:
@@ -151,11 +82,6 @@ def _check_folder(output: Path) -> str:
     return "new"
 
 
-def _saved_commit(output: Path) -> Optional[str]:
-    path = output / STATE_DIR / "settings.json"
-    return json.loads(path.read_text())["source"].get("commit") if path.is_file() else None
-
-
 def prepare(args: argparse.Namespace, command: str) -> dict:
     output = Path(args.output)
     if _check_folder(output) == "done":
@@ -163,7 +89,7 @@ def prepare(args: argparse.Namespace, command: str) -> dict:
         print(f"bert_ds: {output} is prepared already ({manifest['records']:,} records in {len(manifest['shards'])} "
               f"shards); nothing to do", file=sys.stderr)
         return manifest
-    inputs = Inputs(args.spec, args.txt_documents, _saved_commit(output))  # a resumed folder keeps its commit
+    inputs = Inputs(args.spec, args.txt_documents, saved_commit(output))  # a resumed folder keeps its commit
     output.mkdir(parents=True, exist_ok=True)
     rows = args.row_group_rows or _default_row_group_rows(inputs.layout.group)
     settings = Settings(args.shard_size, rows, inputs.columns)
@@ -182,37 +108,17 @@ def prepare(args: argparse.Namespace, command: str) -> dict:
 
 
 def _run_units(args, inputs: Inputs, units, settings: Settings, output: Path) -> list[dict]:
-    from bert_ds.data.prepare_progress import Progress
+    from bert_ds.data.prepare.progress import Progress
 
     done = sum(sum(s["records"] for s in read_unit_state(output, u.index)["shards"]) for u in units)
     with Progress(sum(inputs.counts), done) as progress:
         workers = min(args.num_proc, len(units))
         if workers <= 1:
-            return [shard for unit in units for shard in _write(inputs, unit, settings, output, progress.add)]
-        from bert_ds.data.prepare_progress import run_parallel
+            return [shard for unit in units for shard in write_inputs_unit(inputs, unit, settings, output, progress.add)]
+        from bert_ds.data.prepare.progress import run_parallel
 
         results = run_parallel(workers, [(vars(args), unit, settings, str(output)) for unit in units], progress)
         return [shard for unit in units for shard in results[unit.index]]
-
-
-def _write(inputs: Inputs, unit, settings: Settings, output: Path, report_progress) -> list[dict]:
-    from bert_ds.data.record_index import EpochRecords
-
-    readers = [inputs.readers[k] for k in unit.inputs]
-    for reader in readers:
-        if hasattr(reader, "columns"):
-            reader.columns = settings.columns
-    records = EpochRecords(readers)
-    try:
-        return write_unit(unit, records.read, output, settings, lambda r: inputs.describe(unit.inputs, r), report_progress)
-    finally:
-        records.close()
-
-
-def write_unit_in_worker(args: dict, unit, settings: Settings, output: str, report_progress) -> list[dict]:
-    """One unit in a worker process (which opens the inputs itself: indexes and footers are cached)."""
-    inputs = Inputs(args["spec"], args["txt_documents"], _saved_commit(Path(output)))
-    return _write(inputs, unit, settings, Path(output), report_progress)
 
 
 def _manifest(inputs: Inputs, settings: Settings, shards: list[dict], command: str) -> dict:
@@ -263,7 +169,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if warning:
         print(warning, file=sys.stderr)
     print(f"bert_ds: {args.output}: {manifest['records']:,} records, {manifest['words']:,} words, "
-          f"{len(manifest['shards'])} shards, {manifest['bytes'] / 2**20:,.1f} MiB, layout {manifest['layout']} "
+          f"{len(manifest['shards'])} shard(s), {manifest['bytes'] / 2**20:,.1f} MiB, layout {manifest['layout']} "
           f"({time.perf_counter() - started:,.1f} s)")
     return 0
 

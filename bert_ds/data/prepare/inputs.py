@@ -1,0 +1,107 @@
+"""The inputs of `python -m bert_ds.data.prepare`: a source's files as record readers in order
+(local files checked first; a hub source's Parquet files at its pinned commit), and one work
+unit of them written as shards (data/prepare/units.py), in this process or in a worker."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+from bert_ds.data.prepare.units import KEPT_COLUMNS, STATE_DIR, Settings, write_unit
+from bert_ds.errors import DataError
+
+
+class Inputs:
+    """A source's input files as record readers, in order, with what the manifest says of them."""
+
+    def __init__(self, spec: str, txt_documents: str, commit: Optional[str]):
+        from bert_ds.data.sources import parse_sources, record_layout
+
+        sources = parse_sources([spec])
+        if len(sources) != 1:
+            raise DataError(f"prepare takes one source, {spec!r} names {len(sources)}; prepare them one at a time.")
+        self.source = source = sources[0]
+        self.layout = record_layout(source)
+        self.meta = dict(spec=spec, name=source.name, location=source.location, layout=str(self.layout))
+        if source.is_hub:
+            self._open_hub(commit)
+        else:
+            self._open_local(txt_documents)
+        self.counts = [reader.count for reader in self.readers]
+
+    def _open_hub(self, commit: Optional[str]) -> None:
+        from bert_ds.data.hub.fs import parse_hub_location
+        from bert_ds.data.hub.parquet import RemoteParquetRecords, footer_columns
+        from bert_ds.data.sources import hub_parquet
+
+        hub = parse_hub_location(self.source.location)
+        found = hub_parquet(self.source, commit)
+        if found is None:
+            raise DataError(f"Data source {self.source.name!r}: hub dataset {hub.hub_id!r} has no Parquet files at "
+                            f"revision {hub.revision!r}; prepare its Parquet conversion: hf:{hub.hub_id}"
+                            f"{':' + hub.config if hub.config else ''}@refs/convert/parquet")
+        self.meta.update(hub_id=hub.hub_id, config=hub.config or found.files[0].path.split("/")[3],
+                         revision=hub.revision, commit=found.commit, partial_conversion=found.partial)
+        self.readers = [RemoteParquetRecords(self.source.name, f, self.layout.group) for f in found.files]
+        self.names = [f.path for f in found.files]
+        self.sizes = [f.size for f in found.files]
+        self.columns = ("text",) + tuple(c for c in KEPT_COLUMNS if c in footer_columns(found.files[0]))
+
+    def _open_local(self, txt_documents: str) -> None:
+        from bert_ds.data.sources import blank_line_documents, check_sources, file_records, local_files
+
+        check_sources([self.source], txt_documents)  # every record checked: a bad one named by file and line
+        files = local_files(self.source)
+        blank_lines = blank_line_documents(self.source, files, txt_documents)
+        self.readers = [file_records(self.source.name, path, self.layout.group, blank_lines and path.endswith(".txt"))
+                        for path in files]
+        self.names, self.sizes = files, [os.path.getsize(path) for path in files]
+        self.columns = ("text",) + tuple(c for c in KEPT_COLUMNS if c in self._local_columns())
+
+    def _local_columns(self) -> list[str]:
+        first = next((reader for reader in self.readers if reader.count), None)
+        if first is None:
+            return []
+        if self.names[0].endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            return pq.read_schema(first.path).names
+        record = first.read(0, 1)[0]
+        first.close()
+        return [name for name, value in record.items() if isinstance(value, (str, int))]
+
+    def describe(self, inputs: tuple[int, ...], record: int) -> str:
+        """Names record `record` of the unit made of `inputs`."""
+        for k in inputs:
+            if record < self.counts[k]:
+                return f"Data source {self.source.name!r}: {self.names[k]} record {record}"
+            record -= self.counts[k]
+        return f"Data source {self.source.name!r}: record past the end of {self.names[inputs[-1]]}"
+
+
+def saved_commit(output: Path) -> Optional[str]:
+    """The commit a started folder was begun at (a resumed prepare reads the same files)."""
+    path = output / STATE_DIR / "settings.json"
+    return json.loads(path.read_text())["source"].get("commit") if path.is_file() else None
+
+
+def write_inputs_unit(inputs: Inputs, unit, settings: Settings, output: Path, report_progress) -> list[dict]:
+    from bert_ds.data.record_index import EpochRecords
+
+    readers = [inputs.readers[k] for k in unit.inputs]
+    for reader in readers:
+        if hasattr(reader, "columns"):
+            reader.columns = settings.columns
+    records = EpochRecords(readers)
+    try:
+        return write_unit(unit, records.read, output, settings, lambda r: inputs.describe(unit.inputs, r), report_progress)
+    finally:
+        records.close()
+
+
+def write_unit_in_worker(args: dict, unit, settings: Settings, output: str, report_progress) -> list[dict]:
+    """One unit in a worker process (which opens the inputs itself: indexes and footers are cached)."""
+    inputs = Inputs(args["spec"], args["txt_documents"], saved_commit(Path(output)))
+    return write_inputs_unit(inputs, unit, settings, Path(output), report_progress)
