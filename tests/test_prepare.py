@@ -135,6 +135,9 @@ def test_killed_mid_shard_the_rerun_writes_the_bytes_of_an_uninterrupted_run(tmp
     # Half a folder is no source: the loader refuses it rather than read some shards.
     with pytest.raises(DataError, match="is still being prepared"):
         check_sources(parse_sources([f"x={killed}"]))
+    other = subprocess.run([*PREPARE, str(source), "--output", str(killed), "--shard-size", "1MiB", "--row-group-rows", "50"],
+                           env=env, capture_output=True, text=True)
+    assert other.returncode == 2 and "was started with shard_bytes 65536, this run asks for 1048576" in other.stderr
     result = subprocess.run([*PREPARE, str(source), "--output", str(killed), *args], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert _shards(killed) == _shards(whole)
@@ -164,6 +167,9 @@ def test_bad_input_is_one_error_line_and_leaves_nothing_readable(hub, tmp_path):
     assert "bad.jsonl line 2 has a 'text' that is null" in run(str(bad), "--output", str(tmp_path / "c"))
     assert not (tmp_path / "c" / "manifest.json").exists()
     assert "prepare takes one source" in run("sample", "--output", str(tmp_path / "d"))
+    done = tmp_path / "done"
+    assert prepare_main([f"hf:{WIKI_ID}:{WIKI_CONFIG}", "--output", str(done)]) == 0
+    assert f"holds a prepared 'hf:{WIKI_ID}:{WIKI_CONFIG}', not " in run(str(bad), "--output", str(done))
 
 
 def test_a_truncated_or_changed_shard_is_named_at_start(tmp_path, monkeypatch):

@@ -62,7 +62,7 @@ class ParquetRecords(FileRecords):
         size = chunk_size(self.count, self.group)
         if whole_row_groups or len(rows) >= MIN_CHUNKS_PER_FILE:
             # Each row group one chunk (up to the largest chunk), so a shard decodes only its own.
-            size = max(size, max(rows) if whole_row_groups else min(max(rows), MAX_CHUNK_UNITS * self.group))
+            size = max(size, max(rows, default=1) if whole_row_groups else min(max(rows), MAX_CHUNK_UNITS * self.group))
         self.chunk_starts = self._chunks(self._group_starts, size) if self.count else []
         self._decoded: tuple[int, list] = (-1, [])
 

@@ -103,6 +103,12 @@ def train_files(source_name: str, hub: HubLocation, root: str, paths: list[str])
         config = hub.config
     elif len(configs) == 1:
         config = configs[0]
+    elif not configs:  # files at the top of the repository
+        chosen = [root + "/" + path for path in relative if _is_train(path)]
+        if not chosen:
+            raise DataError(f"Data source {source_name!r}: hub dataset {hub.hub_id!r} has no train split among its "
+                            f"Parquet files ({', '.join(relative)[:300]}).")
+        return chosen
     else:
         raise DataError(f"Data source {source_name!r}: hub dataset {hub.hub_id!r} has configs {', '.join(configs)}; "
                         f"name one: hf:{hub.hub_id}:CONFIG.")

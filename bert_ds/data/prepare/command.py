@@ -63,15 +63,22 @@ def _default_row_group_rows(group: int) -> int:
     return max(group, MAX_ROW_GROUP_ROWS // group * group)
 
 
-def _check_folder(output: Path) -> str:
-    """'new', 'resume' or 'done'; a DataError for a folder that holds anything else."""
+def _check_folder(output: Path, spec: str) -> str:
+    """'new', 'resume' or 'done'; a DataError for a folder that holds anything else (another
+    source's prepared folder included)."""
     if not output.exists():
         return "new"
     if not output.is_dir():
         raise DataError(f"--output {output} is a file, not a folder.")
     if (output / MANIFEST).is_file():
-        manifest = json.loads((output / MANIFEST).read_text())
+        try:
+            manifest = json.loads((output / MANIFEST).read_text())
+        except ValueError:
+            manifest = {}
         if manifest.get("format") == FORMAT and manifest.get("complete"):
+            if manifest.get("spec") != spec:
+                raise DataError(f"--output {output} holds a prepared {manifest.get('spec')!r}, not {spec!r}; choose "
+                                "another folder.")
             return "done"
     if (output / STATE_DIR / "settings.json").is_file():
         return "resume"
@@ -84,7 +91,7 @@ def _check_folder(output: Path) -> str:
 
 def prepare(args: argparse.Namespace, command: str) -> dict:
     output = Path(args.output)
-    if _check_folder(output) == "done":
+    if _check_folder(output, args.spec) == "done":
         manifest = json.loads((output / MANIFEST).read_text())
         print(f"bert_ds: {output} is prepared already ({manifest['records']:,} records in {len(manifest['shards'])} "
               f"shards); nothing to do", file=sys.stderr)

@@ -167,7 +167,15 @@ def check_settings(output: Path, settings: Settings, source: dict) -> Optional[s
         path.write_text(json.dumps(wanted, indent=1))
         return None
     saved = json.loads(path.read_text())
-    for key, value in wanted.items():
-        if saved.get(key) != value:
-            return f"{output} was started with {key} {saved.get(key)!r}, this run asks for {value!r}"
+    for key, value in [*settings.as_dict().items(), *source.items()]:
+        before = (saved if key in settings.as_dict() else saved.get("source", {})).get(key)
+        if before != value:
+            name = "input files (names, sizes)" if key == "inputs" else key
+            return (f"{output} was started with other {name} ({_short(before)}; now {_short(value)})"
+                    if key == "inputs" else f"{output} was started with {name} {before!r}, this run asks for {value!r}")
     return None
+
+
+def _short(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 120 else text[:117] + "..."
