@@ -75,8 +75,7 @@ def resolve(source_name: str, location: str, commit: Optional[str] = None) -> Op
         fs = hub_filesystem()
         pinned = commit or pin_revision(fs, source_name, hub)
         root = repo_root(hub.hub_id, pinned)
-        listing = with_retries(lambda: fs.find(root, detail=True), f"the file list of {hub}")
-        paths = {path: info["size"] for path, info in listing.items() if path.endswith(".parquet")}
+        paths = _parquet_files(fs, hub, root)
         if not paths:
             _RESOLVED[key] = None
         else:
@@ -89,6 +88,21 @@ def resolve(source_name: str, location: str, commit: Optional[str] = None) -> Op
         if commit is None:
             _RESOLVED[(source_name, location, pinned, mirror)] = _RESOLVED[key]
     return _RESOLVED[key]
+
+
+def _parquet_files(fs, hub: HubLocation, root: str) -> dict[str, int]:
+    """Path -> size of the revision's Parquet files: those of the config's folder where it has
+    one (`wikimedia/wikipedia` holds hundreds of configs), else of the whole repository."""
+    def find(folder: str) -> dict:
+        try:
+            return with_retries(lambda: fs.find(folder, detail=True), f"the file list of {hub}")
+        except FileNotFoundError:
+            return {}
+
+    listing = find(f"{root}/{hub.config}") if hub.config else {}
+    if not any(path.endswith(".parquet") for path in listing):
+        listing = find(root)
+    return {path: info["size"] for path, info in listing.items() if path.endswith(".parquet")}
 
 
 def train_files(source_name: str, hub: HubLocation, root: str, paths: list[str]) -> list[str]:
