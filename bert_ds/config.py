@@ -197,7 +197,7 @@ def transformer_config(
         normalization="LayerNorm",
         tensor_model_parallel_size=tensor_parallel,
         pipeline_model_parallel_size=pipeline_parallel,
-        sequence_parallel=False,  # torch LayerNorm does not support it (PLATFORM.md)
+        sequence_parallel=False,  # megatron's sequence parallelism needs TE or apex LayerNorm, not torch's
         use_cpu_initialization=True,
         perform_initialization=True,
         params_dtype=torch.float32 if params_dtype is None else params_dtype,

@@ -1,4 +1,4 @@
-"""NSP pairs and full segments follow the paper's rules (DESIGN.md)."""
+"""NSP pairs and full segments follow the paper's rules (Devlin et al. 2018, appendix A.2)."""
 
 import numpy as np
 

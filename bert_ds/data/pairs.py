@@ -1,4 +1,4 @@
-"""Tokenized documents -> training examples, by the rules of the BERT paper (DESIGN.md).
+"""Tokenized documents -> training examples, by the rules of the BERT paper (Devlin et al. 2018, sections 3.1 and A.2).
 
 A document is a list of sentences, each a list of token ids. All randomness comes from the `rng`
 passed in, so a block of documents and a seed always give the same examples (exact resume

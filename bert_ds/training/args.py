@@ -2,7 +2,7 @@
 (model, parallel, data, optim, eval, checkpoint, log, plan; training/sections.py holds the ones
 fine-tuning shares).
 
-Defaults depend on the preset: the paper's recipe (DESIGN.md) for base and large; small, fast
+Defaults depend on the preset: the paper's recipe (Devlin et al. 2018, appendix A.2) for base and large; small, fast
 values for tiny/mini/small so a CPU run finishes in minutes. Every user error becomes a
 ConfigError with one sentence naming the option, which the entrypoint prints without a traceback.
 """
