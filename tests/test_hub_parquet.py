@@ -226,3 +226,19 @@ def test_pretraining_on_hub_sources_resumes_exactly(hub, tmp_path, monkeypatch):
     resumed = train("resumed", ["--load", str(save / "step00000003")])
     assert [m["step"] for m in resumed] == [4, 5, 6]
     assert [m["loss"] for m in resumed] == [m["loss"] for m in straight[3:]]
+
+
+def test_a_checkpoint_that_streamed_a_hub_source_finishes_that_epoch_as_a_stream(hub):
+    """A data state written when hub sources were `datasets` streams (their stream state kept)
+    continues that stream to the end of its epoch, then reads the Parquet row groups."""
+    wikipedia_mirror(hub, articles=60, files=2, row_group_size=10)
+    [source] = parse_sources([WIKI])
+    reader = SourceReader(source, WordTokenizer(), DataConfig(), 0, 2, TextStats())
+    old = dict(reader.state_dict(), ownership=None, records_this_epoch=7, documents_this_epoch=3,
+               dataset={"examples_iterable": {}})
+    del old["commit"]
+    reader.load_state_dict(old)
+    assert reader.streamed and reader.ownership == "records" and reader._resume_from == {"examples_iterable": {}}
+    assert reader.state_dict()["dataset"] == {"examples_iterable": {}}
+    reader._next_epoch()
+    assert not reader.streamed and reader.ownership == "chunks"

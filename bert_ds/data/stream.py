@@ -103,6 +103,9 @@ class SourceReader:
         self.started_at = state["started_at"]
         self.shard_index, self.num_shards = state["shard_index"], state["num_shards"]
         self.consumed = copy.deepcopy(state["consumed"])
+        # A hub source a checkpoint streamed with `datasets` (written before hub Parquet files were
+        # read by row group) finishes that epoch as a stream, then reads row groups.
+        self.streamed = streams_whole(self.source) or (self.source.is_hub and state.get("dataset") is not None)
         # A state without the key predates chunks: its epoch continues by record.
         self.ownership = "records" if self.streamed else state.get("ownership", "records")
         if state.get("commit"):
@@ -155,6 +158,7 @@ class SourceReader:
         self.consumed = [layer for layer in self.consumed if layer["epoch"] > self.epoch]
         self.epoch += 1
         self.documents_this_epoch = self.records_this_epoch = self.started_at = 0
+        self.streamed = streams_whole(self.source)
         self.ownership = "records" if self.streamed else "chunks"
         self._records, self._epoch_records = None, None
 
