@@ -105,7 +105,7 @@ def pin_revision(fs, source_name: str, location: HubLocation) -> str:
     except RepositoryNotFoundError:
         raise _missing(source_name, location, None) from None
     except Exception as error:
-        raise DataError(f"Data source {source_name!r}: cannot reach hub dataset {location.hub_id!r} ({_one_line(error)}); "
+        raise DataError(f"Data source {source_name!r}: cannot reach hub dataset {location.hub_id!r} ({one_line(error)}); "
                         f"nodes without internet read a prepared copy: python -m bert_ds.data.prepare {location} "
                         "--output DIR on a node with internet, then --data NAME=DIR") from None
     return info.sha
@@ -148,14 +148,14 @@ def with_retries(action: Callable[[], T], what: str, attempts: int = RETRIES, fi
             if not transient(error) or attempt == attempts - 1:
                 raise
             wait = first_wait * 2 ** attempt
-            print(f"bert_ds: warning: reading {what} failed ({_one_line(error)}); retry {attempt + 1} of "
+            print(f"bert_ds: warning: reading {what} failed ({one_line(error)}); retry {attempt + 1} of "
                   f"{attempts - 1} in {wait:g} s", file=sys.stderr, flush=True)
             time.sleep(wait)
             before_retry()
     raise AssertionError("unreachable")
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from bert_ds.data.hub.fs import (
-    HUB_MIRROR_ENV, CountingFile, HubLocation, hub_filesystem, parse_hub_location, pin_revision, repo_root, with_retries,
+    HUB_MIRROR_ENV, CountingFile, HubLocation, hub_filesystem, one_line, parse_hub_location, pin_revision, repo_root,
+    with_retries,
 )
 from bert_ds.data.parquet_records import ParquetFooter, ParquetRecords, check_text_column
 from bert_ds.errors import DataError
@@ -75,7 +76,11 @@ def resolve(source_name: str, location: str, commit: Optional[str] = None) -> Op
         fs = hub_filesystem()
         pinned = commit or pin_revision(fs, source_name, hub)
         root = repo_root(hub.hub_id, pinned)
-        paths = _parquet_files(fs, hub, root)
+        try:
+            paths = _parquet_files(fs, hub, root)
+        except Exception as error:  # HTTP 401/403 (gated), a dropped connection after its retries
+            raise DataError(f"Data source {source_name!r}: cannot list the files of {hub} at {pinned}: "
+                            f"{one_line(error)}") from None
         if not paths:
             _RESOLVED[key] = None
         else:
