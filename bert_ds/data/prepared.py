@@ -54,7 +54,12 @@ def read_manifest(source_name: str, folder: str) -> dict:
 
 def prepared_files(source_name: str, folder: str) -> list[str]:
     """The shards in the manifest's order, each checked to exist with the manifest's size."""
-    files = []
+    return [path for path, _ in _shards(source_name, folder)]
+
+
+def _shards(source_name: str, folder: str) -> list[tuple[str, dict]]:
+    """(path, manifest entry) of every shard, each checked to exist with the manifest's size."""
+    shards = []
     for shard in read_manifest(source_name, folder)["shards"]:
         path = os.path.join(folder, shard["path"])
         if not os.path.isfile(path):
@@ -63,20 +68,22 @@ def prepared_files(source_name: str, folder: str) -> list[str]:
         if size != shard["bytes"]:
             raise DataError(f"Data source {source_name!r}: shard {path} has {size:,} bytes, its manifest says "
                             f"{shard['bytes']:,}: it is truncated or was changed; prepare the folder again.")
-        files.append(path)
-    return files
+        shards.append((path, shard))
+    return shards
 
 
 def verify_shards(source_name: str, folder: str) -> None:
-    """Every shard's sha256 against the manifest (computed once per file version, then cached)."""
+    """Every shard's size and sha256 against the manifest (the hash computed once per file
+    version, then cached). It stands in for the footer checks of other Parquet sources: a
+    changed byte anywhere, footer included, fails here."""
     from bert_ds.data.record_index import index_files
 
-    shards = read_manifest(source_name, folder)["shards"]
-    paths = prepared_files(source_name, folder)
-    for shard, index in zip(shards, index_files(source_name, paths, "sha256", lambda path: dict(sha256=file_sha256(path)))):
+    shards = _shards(source_name, folder)
+    hashes = index_files(source_name, [path for path, _ in shards], "sha256", lambda path: dict(sha256=file_sha256(path)))
+    for (path, shard), index in zip(shards, hashes):
         if index["sha256"] != shard["sha256"]:
-            raise DataError(f"Data source {source_name!r}: shard {os.path.join(folder, shard['path'])} does not match "
-                            f"its sha256 in {folder}/{MANIFEST}: it was changed or damaged; prepare the folder again.")
+            raise DataError(f"Data source {source_name!r}: shard {path} does not match its sha256 in "
+                            f"{folder}/{MANIFEST}: it was changed or damaged; prepare the folder again.")
 
 
 def file_sha256(path: str) -> str:

@@ -208,7 +208,7 @@ def local_files(source: DataSource) -> list[str]:
         )
     if len({_FORMATS[suffix] for suffix in suffixes}) > 1:
         raise DataError(f"Data source {source.name!r} mixes file types {sorted(suffixes)}; split it in two.")
-    if _FORMATS[suffixes.pop()] == "parquet":
+    if _FORMATS[suffixes.pop()] == "parquet" and not source.is_prepared:  # prepared: sha256 in check_sources
         from bert_ds.data.parquet_records import check_parquet_footers
 
         check_parquet_footers(source.name, files)
@@ -225,14 +225,14 @@ def check_sources(sources: list[DataSource], txt_documents: str = "file") -> Non
         if source.is_hub:
             hub_parquet(source)  # lists the files, reads (and caches) the footers
             continue
-        if source.is_prepared:  # sizes and checksums first: they name a damaged shard best
-            from bert_ds.data.prepared import verify_shards
-
-            verify_shards(source.name, source.location)
         files = local_files(source)
         key = (source.name, txt_documents, tuple(_file_key(path) for path in files))
         if key in _CHECKED_SOURCES:  # rank 0 checks in its plan, then in its loader
             continue
+        if source.is_prepared:
+            from bert_ds.data.prepared import verify_shards
+
+            verify_shards(source.name, source.location)
         kind = _FORMATS[Path(files[0]).suffix]
         if kind == "json":
             from bert_ds.data.json_records import check_json_files
