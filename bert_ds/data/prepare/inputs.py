@@ -90,9 +90,11 @@ def saved_commit(output: Path) -> Optional[str]:
 def write_inputs_unit(inputs: Inputs, unit, settings: Settings, output: Path, report_progress) -> list[dict]:
     from bert_ds.data.record_index import EpochRecords
 
+    from bert_ds.data.parquet_records import ParquetRecords
+
     readers = [inputs.readers[k] for k in unit.inputs]
     for reader in readers:
-        if hasattr(reader, "columns"):
+        if isinstance(reader, ParquetRecords):  # other readers yield every field of a record
             reader.columns = settings.columns
     records = EpochRecords(readers)
     try:
@@ -101,7 +103,14 @@ def write_inputs_unit(inputs: Inputs, unit, settings: Settings, output: Path, re
         records.close()
 
 
+_WORKER_INPUTS: dict[tuple, Inputs] = {}
+"""The inputs a worker process opened, kept for the next unit it is given."""
+
+
 def write_unit_in_worker(args: dict, unit, settings: Settings, output: str, report_progress) -> list[dict]:
-    """One unit in a worker process (which opens the inputs itself: indexes and footers are cached)."""
-    inputs = Inputs(args["spec"], args["txt_documents"], saved_commit(Path(output)))
-    return write_inputs_unit(inputs, unit, settings, Path(output), report_progress)
+    """One unit in a worker process, which opens the inputs once (indexes and footers come from
+    the cache the main process filled)."""
+    key = (args["spec"], args["txt_documents"], saved_commit(Path(output)))
+    if key not in _WORKER_INPUTS:
+        _WORKER_INPUTS[key] = Inputs(*key)
+    return write_inputs_unit(_WORKER_INPUTS[key], unit, settings, Path(output), report_progress)
