@@ -69,6 +69,15 @@ def held_out_accuracy(result, batches: int = 20) -> tuple[float, float]:
     return correct / max(total, 1.0), unigram
 
 
+def baseline_share(accuracy: float, unigram: float) -> str:
+    """How much of the held-out accuracy the most-frequent-token guess accounts for, in words."""
+    if accuracy <= unigram:
+        return (f"The most-frequent-token guess explains all of it: the model is {100 * (unigram - accuracy):.1f} points "
+                "below that baseline, still in its first phase.")
+    return (f"The most-frequent-token guess explains {unigram / accuracy:.0%} of that accuracy; the model's own "
+            f"learning adds {100 * (accuracy - unigram):.1f} points.")
+
+
 def _piece(tokenizer, token_id: int) -> str:
     # sentencepiece marks a word start with "▁"; quoting shows where the piece begins and ends.
     return repr(tokenizer.ids_to_tokens([token_id])[0].replace("\u2581", " ").strip() or " ")
@@ -125,6 +134,7 @@ def main(argv=None) -> int:
     accuracy, unigram = held_out_accuracy(result)
     print(f"\nMasked-token accuracy on held-out text: {accuracy:.1%} (always guessing the most frequent "
           f"token: {unigram:.1%}; chance: {1 / result.tokenizer.vocab_size:.2%}).")
+    print(baseline_share(accuracy, unigram))
     from bert_ds.plot import main as plot
 
     plot([_metrics_file(args), "--labels", f"demo ({args.preset})", "-o", f"{args.output}/curves.png"])

@@ -19,9 +19,15 @@ def test_demo_pretrains_and_reports_held_out_predictions(tmp_path, shared_cache,
     assert f"on CPU in {'fp32' if precision == 'auto' else 'bf16'} (" in out
     assert re.search(r"step 12/12 .*loss", out)
     assert "saved checkpoint" in out and (tmp_path / "demo" / "latest").read_text() == "step00000012"
-    assert len(re.findall(r"\[MASK\] = .* model's top 3: ", out)) >= 5
+    guesses = re.findall(r"\[MASK\] = (.*) model's top 3: (.*)", out)
+    assert len(guesses) >= 5
+    # The held-out text is clean: no `<unk>` placeholders, so no `<`, `unk`, `>` pieces to mask or guess.
+    pieces = [p.strip(" '\"") for truth, top in guesses for p in [truth, *top.split(", ")]]
+    assert not {"<", ">", "unk", "<unk>"} & set(pieces), pieces
     accuracy = float(re.search(r"Masked-token accuracy on held-out text: ([\d.]+)%", out).group(1))
-    assert 0.0 <= accuracy <= 100.0
+    baseline = float(re.search(r"always guessing the most frequent token: ([\d.]+)%", out).group(1))
+    assert 0.0 <= accuracy <= 100.0 and 0.0 < baseline <= 100.0
+    assert re.search(r"The most-frequent-token guess explains (all of it|\d+% of that accuracy)", out)
     # It evaluated on the held-out articles as it trained (every 12 // 6 steps) and drew the curves.
     assert len(re.findall(r"^eval at step \d+ \| mlm_loss", out, re.MULTILINE)) == 6
     assert (tmp_path / "demo" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -112,6 +112,20 @@ def test_bad_evaluation_options_are_one_sentence(args, message):
     assert message in str(error.value)
 
 
+def test_the_sample_wikipedia_is_clean_text_with_the_hub_schema():
+    from bert_ds.data.sources import SAMPLE_DIR
+
+    titles = {}
+    for name in ("enwiki-train.jsonl", "enwiki-held-out.jsonl"):
+        records = [json.loads(line) for line in (SAMPLE_DIR / "wiki" / name).read_text(encoding="utf-8").splitlines()]
+        assert records and all(set(r) == {"id", "url", "title", "text"} for r in records), name
+        text = "\n".join(r["text"] for r in records)
+        for markup in ("<unk>", "[[", "]]", "{{", "}}", "<ref", "|thumb", "{|", "=="):
+            assert markup not in text, (name, markup)
+        titles[name] = {r["title"] for r in records}
+    assert not titles["enwiki-train.jsonl"] & titles["enwiki-held-out.jsonl"]  # held out: other articles
+
+
 def test_the_sample_holds_its_evaluation_articles_out_of_training():
     from bert_ds.data.sources import SAMPLE_HELD_OUT_SPEC, parse_sources
     from bert_ds.training.args import parse_args
@@ -120,7 +134,7 @@ def test_the_sample_holds_its_evaluation_articles_out_of_training():
     assert run.eval.eval_data == [SAMPLE_HELD_OUT_SPEC]
     held_out = parse_sources(run.eval.eval_data)[0].location
     trained = [source.location for source in parse_sources(run.data.sources)]
-    assert held_out.endswith("wikitext2-test.jsonl") and not any("wikitext2-test" in t or "wiki/*" in t for t in trained)
+    assert held_out.endswith("enwiki-held-out.jsonl") and not any("enwiki-held-out" in t or "wiki/*" in t for t in trained)
     assert parse_args([]).data.sources == ["sample"]  # without evaluation the whole sample trains, as before
 
 

@@ -84,7 +84,7 @@ def _prepared_corpora(folder: Path, hub: Path) -> None:
     sentences = [line.strip() for book in sorted((sample / "books").glob("*.txt"))[:3]
                  for line in book.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
     write_hub_file(hub, BOOKS_ID, BOOKS_REVISION, "plain_text/train/0000.parquet", dict(text=sentences), 1000)
-    articles = [json.loads(line)["text"] for line in (sample / "wiki" / "wikitext2-valid.jsonl").read_text().splitlines()]
+    articles = [json.loads(line)["text"] for line in (sample / "wiki" / "enwiki-train.jsonl").read_text().splitlines()]
     write_hub_file(hub, WIKI_ID, "main", f"{WIKI_CONFIG}/train-00000-of-00001.parquet", dict(text=articles), 10)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BERT_DS_HUB_MIRROR", str(hub))
@@ -201,7 +201,7 @@ def test_the_recipe_is_what_the_scripts_resolve(checkout, tmp_path):
     assert (phase1["precision"], phase1["precision_reason"]) == ("bf16", "planned for a GPU with bf16 (Ampere or later)")
     assert plan("slurm/pretrain_large.sh", PRECISION="fp16")["precision"] == "fp16"  # PRECISION reaches the run
     assert phase1["evaluation"] is None  # no held-out data by default
-    held_out = f"wiki={checkout}/bert_ds/data/sample/wiki/wikitext2-test.jsonl"
+    held_out = f"wiki={checkout}/bert_ds/data/sample/wiki/enwiki-held-out.jsonl"
     evaluated = plan("slurm/pretrain_large.sh", EVAL_INTERVAL="2000", EVAL_DATA=held_out, EVAL_SAMPLES="10000",
                      TARGET_MLM_ACCURACY="0.72", KEEP_BEST="1")["evaluation"]
     assert evaluated == dict(data=[held_out], interval=2000, samples=10000, target_mlm_accuracy=0.72, keep_best=True)

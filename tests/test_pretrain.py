@@ -1,5 +1,6 @@
 """`bert_ds/pretrain.py` end to end: real jobs (1 or 2 processes, gloo), tiny preset, sample corpus."""
 
+from pathlib import Path
 import statistics
 
 import pytest
@@ -137,9 +138,9 @@ def test_misconfiguration_is_one_clear_sentence(tmp_path, cache, extra, message)
 
 
 def test_missing_data_file_is_named(tmp_path, cache):
-    from bert_ds.training.tokenizer_setup import SAMPLE_VOCAB_SIZE
+    from bert_ds.training.tokenizer_setup import sample_tokenizer_dir
 
-    tokenizer = f"{cache}/sample-sentencepiece-{SAMPLE_VOCAB_SIZE}/tokenizer.model"  # trained by the fixture
+    tokenizer = str(Path(cache) / sample_tokenizer_dir().name / "tokenizer.model")  # trained by the fixture
     result = run_pretrain(
         ["--preset", "tiny", "--train-steps", "2", "--tokenizer", tokenizer, "--data", "books=missing/books.txt"],
         cache_dir=cache,

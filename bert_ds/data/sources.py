@@ -64,11 +64,11 @@ class DataSource:
         return not self.is_hub and is_prepared(self.location)
 
 
-# The sample split the demo and evaluation use: books and the WikiText-2 validation articles train,
-# the WikiText-2 test articles are held out (`--eval-interval` on the sample scores them).
+# The sample split the demo and evaluation use: books and half the Wikipedia articles train, the
+# other half is held out (`--eval-interval` on the sample scores them).
 SAMPLE_TRAIN_SPECS = [f"books={SAMPLE_DIR}/books/*.txt@{PAPER_WEIGHTS['books']:g}",
-                      f"wiki={SAMPLE_DIR}/wiki/wikitext2-valid.jsonl@{PAPER_WEIGHTS['wiki']:g}"]
-SAMPLE_HELD_OUT_SPEC = f"wiki-held-out={SAMPLE_DIR}/wiki/wikitext2-test.jsonl"
+                      f"wiki={SAMPLE_DIR}/wiki/enwiki-train.jsonl@{PAPER_WEIGHTS['wiki']:g}"]
+SAMPLE_HELD_OUT_SPEC = f"wiki-held-out={SAMPLE_DIR}/wiki/enwiki-held-out.jsonl"
 
 
 def is_sample(specs: list[str] | None) -> bool:

@@ -17,7 +17,15 @@ REAL_CORPUS_TOKENIZER = {"base": "bert-base-uncased", "large": "bert-base-uncase
 
 
 def sample_tokenizer_dir() -> Path:
-    return cache_dir() / f"sample-sentencepiece-{SAMPLE_VOCAB_SIZE}"
+    """The cached sample tokenizer; its name changes with the sample's files, so a cache made from
+    an earlier sample is never used with a newer one."""
+    import hashlib
+
+    from bert_ds.data.sources import SAMPLE_DIR
+
+    files = sorted(p for p in SAMPLE_DIR.rglob("*") if p.suffix in {".txt", ".jsonl"})
+    listing = "".join(f"{p.relative_to(SAMPLE_DIR)}:{p.stat().st_size};" for p in files)
+    return cache_dir() / f"sample-sentencepiece-{SAMPLE_VOCAB_SIZE}-{hashlib.sha256(listing.encode()).hexdigest()[:8]}"
 
 
 def tokenizer_choice(run) -> Optional[str]:

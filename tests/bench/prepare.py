@@ -45,7 +45,7 @@ def write_corpus(folder: Path, size: int) -> tuple[Path, Path, int]:
     import pyarrow.parquet as pq
 
     whole = [json.loads(line)["text"] for line in
-             (REPO / "bert_ds" / "data" / "sample" / "wiki" / "wikitext2-valid.jsonl").read_text().splitlines()]
+             (REPO / "bert_ds" / "data" / "sample" / "wiki" / "enwiki-train.jsonl").read_text().splitlines()]
     # Records of ~3 KB, English Wikipedia's mean (about 20 GB of text in 6.4 M articles).
     articles = [text[k:k + ARTICLE_CHARACTERS] for text in whole for k in range(0, len(text), ARTICLE_CHARACTERS)]
     jsonl, parquet = folder / "corpus.jsonl", folder / "corpus.parquet"
