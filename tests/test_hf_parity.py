@@ -1,4 +1,5 @@
-"""Our post-LN model with Hugging Face's weights computes Hugging Face's BertForPreTraining."""
+"""Our post-LN model with Hugging Face's weights computes Hugging Face's BertForPreTraining; our
+learning-rate schedule is the one Hugging Face (and Google's BERT, and Megatron-LM) step by."""
 
 import pytest
 import torch
@@ -56,3 +57,26 @@ def test_pre_ln_has_no_hugging_face_counterpart(hf_model):
     config = model_config_from_hf(hf_model.config, layer_norm_position="pre")
     with pytest.raises(ValueError, match="pre-LN"):
         hf_to_bert_ds(hf_model.state_dict(), config)
+
+
+@pytest.mark.parametrize("warmup, total", [(4, 10), (1, 5), (0, 6), (30, 300)])
+def test_lr_schedule_is_hugging_faces_step_for_step(warmup, total):
+    """The learning-parity benchmark found our warm-up one step ahead of the references' (the first
+    step at lr/W instead of 0): every step of the schedule now equals transformers'."""
+    from transformers import get_linear_schedule_with_warmup
+
+    from bert_ds.training.optim import OptimizerSettings, build_scheduler
+
+    def lrs(scheduler_of) -> list[float]:
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+        scheduler, seen = scheduler_of(optimizer), []
+        for _ in range(total + 2):
+            seen.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        return seen
+
+    ours = lrs(build_scheduler(OptimizerSettings(lr=1e-3, warmup_steps=warmup, total_steps=total)))
+    theirs = lrs(lambda optimizer: get_linear_schedule_with_warmup(optimizer, warmup, total))
+    assert ours == pytest.approx(theirs, abs=1e-12)
+    assert max(ours) == pytest.approx(1e-3)

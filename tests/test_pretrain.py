@@ -175,7 +175,7 @@ def test_schedule_logging_and_phase_two(tmp_path, cache):
         ["--lr", "1e-3", "--warmup-steps", "4", "--save", save, "--stop-at-step", "6", "--tensorboard-dir", str(board)],
         steps=10, name="phase1",
     )
-    expected = [1e-3 * (k + 1) / 4 if k < 4 else 1e-3 * (10 - k) / 6 for k in range(6)]
+    expected = [1e-3 * k / 4 if k < 4 else 1e-3 * (10 - k) / 6 for k in range(6)]  # the first step at lr 0
     assert [m["lr"] for m in metrics] == pytest.approx(expected)
     assert list(board.glob("events.out.tfevents.*"))
     phase2, result = _train(tmp_path, cache, ["--lr", "1e-3", "--warmup-steps", "4", "--load", save, "--seq-length", "512"], steps=8, name="phase2")

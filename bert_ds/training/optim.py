@@ -162,11 +162,16 @@ def build_optimizer(settings: OptimizerSettings, model: torch.nn.Module, device_
 
 
 def warmup_linear_decay(warmup_steps: int, total_steps: int):
-    """LR multiplier: 0 -> 1 linearly over warm-up, then linearly to 0 at `total_steps`."""
+    """LR multiplier of step `step` (from 0): `step / warmup_steps` during warm-up (the first
+    step at 0, the peak reached at step `warmup_steps`), then linearly to 0 at `total_steps`.
+
+    The convention of the reference implementations (Google's BERT, Megatron-LM, Hugging Face's
+    get_linear_schedule_with_warmup), so a recipe copied from them runs the same schedule here.
+    """
 
     def multiplier(step: int) -> float:
         if step < warmup_steps:
-            return (step + 1) / warmup_steps
+            return step / warmup_steps
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
     return multiplier
