@@ -31,7 +31,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
 Records = list[dict[str, Any]]
-X_AXES = {"steps": ("step", "optimizer step"), "tokens": ("consumed_tokens", "consumed tokens")}
+X_AXES = {"steps": ("step", "optimizer step"), "tokens": ("consumed_tokens", "consumed tokens"),
+          # Training wall time, for files that record it (the learning-parity benchmark's).
+          "seconds": ("train_seconds", "training time (s)")}
 TRAIN, EVAL = {"ls": "-", "lw": 1.6}, {"ls": "--", "lw": 1.2, "marker": "o", "ms": 4}
 # (kind, key, series name, style): NSP accuracy is dotted / square-marked so it stays apart from MLM.
 PANELS = (
@@ -114,7 +116,7 @@ def draw(runs: Sequence[tuple[Records, Records]], labels: Sequence[str], output:
     """Write the figure: one row of panels per x axis, one colour per run."""
     nsp = _has_nsp(runs)
     panels = [p for p in PANELS if nsp or not p[1]]
-    axes_rows = list(X_AXES) if x == "both" else [x]
+    axes_rows = ["steps", "tokens"] if x == "both" else [x]
     fig = Figure(figsize=(4.3 * len(panels), 3.6 * len(axes_rows) + (0.4 if title else 0)), dpi=110)
     FigureCanvasAgg(fig)
     grid = fig.subplots(len(axes_rows), len(panels), squeeze=False)
@@ -154,7 +156,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("metrics", nargs="+", help="metrics .jsonl files (--metrics-file of pre-training)")
     parser.add_argument("-o", "--output", default="curves.png", help="PNG to write (default: curves.png)")
     parser.add_argument("--labels", nargs="+", help="one run name per file (default: parent directory names)")
-    parser.add_argument("--x", choices=("steps", "tokens", "both"), default="both", help="x axis (default: both)")
+    parser.add_argument("--x", choices=("steps", "tokens", "seconds", "both"), default="both", help="x axis (default: both)")
     parser.add_argument("--title", help="figure title")
     args = parser.parse_args(argv)
     if args.labels is not None and len(args.labels) != len(args.metrics):
