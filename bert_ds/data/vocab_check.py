@@ -7,7 +7,7 @@ run (and the dry run, for local sources) reads the first block of documents of e
 the training stream's own reader (same seed, first epoch, the source's layout), and reports
 documents, sentences and tokens per document and the [UNK] share. It warns above
 `UNK_WARNING_SHARE` [UNK]s and below `MIN_SENTENCES_PER_DOCUMENT`. Google's uncased vocabulary on
-the built-in English sample stays far below the [UNK] threshold (see the README).
+the built-in English sample stays far below the [UNK] threshold (see docs/data.md).
 """
 
 from __future__ import annotations

@@ -72,13 +72,13 @@ class Scale:
 SCALES = {
     # Minutes, on fixtures: the test suite runs it.
     "smoke": Scale("tiny", 20, 16, 64, 1e-3, 2, 10, 4, 16, 2e-3, 48, 64, 32, max_train_examples=200),
-    # About two hours on a 2-core CPU, from throughputs measured on one (README, "Reproducing
+    # About two hours on a 2-core CPU, from throughputs measured on one (docs/finetuning.md, "Reproducing
     # Table 5"): pre-training mini at ~4,300 tokens/s in fp32 makes each of the three 1,200 x 4,096
     # tokens ~19 min; fine-tuning 1,000 examples x 2 epochs x 3 restarts per cell at ~100 (SST-2),
     # ~50 (MRPC) and ~16 (SQuAD windows of 192) examples/s makes the twelve cells ~50 min.
     "cpu": Scale("mini", 1_200, 32, 128, 5e-4, 100, 400, 2, 32, 1e-4, 128, 192, 64, max_train_examples=1_000),
     # The paper's budget for BERT-BASE (1M steps of 256 sequences: 90% at 128 tokens, the last 10%
-    # at 512), fine-tuned with its grid: for a cluster (--launch, README).
+    # at 512), fine-tuned with its grid: for a cluster (--launch, docs/finetuning.md).
     "paper": Scale("base", 1_000_000, 256, 128, 1e-4, 10_000, 10_000, 3, 32, 2e-5, 128, 384, 128, grid=True,
                    phase2_steps=100_000),
 }
