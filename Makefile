@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo clean
+.PHONY: install test test-fast test-durations demo clean
 
 install: $(STAMP)
 
@@ -23,8 +23,19 @@ $(STAMP): requirements.txt pyproject.toml
 # One worker per core (2 to 8): a machine with more cores than the dev machine's two uses them.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 8 ] && n=8; [ $$n -lt 2 ] && n=2; echo $$n)
 
+PYTEST := OMP_NUM_THREADS=2 $(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile
+
 test: install
-	OMP_NUM_THREADS=2 $(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile --durations=30
+	$(PYTEST) --durations=30
+
+# The quick tier for the edit-test loop: every test that took at most 12 s when durations were
+# last recorded (unit tests and the small real 2-rank jobs); the long multi-process jobs are `slow`.
+test-fast: install
+	$(PYTEST) -m "not slow"
+
+# The whole suite, writing each test's seconds to tests/durations.json (test order, fast tier).
+test-durations: install
+	BERT_DS_RECORD_DURATIONS=1 $(PYTEST) --durations=30
 
 demo: install
 	$(PY) -m bert_ds.demo

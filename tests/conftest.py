@@ -1,3 +1,4 @@
+import json
 import os
 from pathlib import Path
 
@@ -99,28 +100,44 @@ def pretrained_tiny(tmp_path_factory, shared_cache):
     return str(root / "ckpt")
 
 
-# The files whose real jobs take longest (seconds of wall time with two workers, `make test` of
-# 2026-12-03), started first: `--dist loadfile` hands whole files to the workers in collection
-# order, so a long file collected last (alphabetically: test_table5, the Slurm files) kept one
-# worker busy while the other had nothing left. Any file not named keeps its alphabetical place
-# after these.
-LONGEST_FIRST = (
-    "test_precision.py",  # about 550 s: the bf16/fp32 loss curves alone 355 s
-    "test_pretrain.py",  # about 550 s
-    "test_resume_layouts.py",  # about 350 s: the TP x PP x DP chain 181 s
-    "test_reliability.py",  # the ten-kill run 146 s
-    "test_slurm.py",
-    "test_finetune_glue.py",
-    "test_launchers.py",
-    "test_evaluation.py",
-    "test_table5.py",
-    "test_slurm_two_nodes.py",
-    "test_launch_plan.py",
-    "test_zero3_checkpoints.py",  # 56-118 s; alphabetically the very last file with test_zero_equivalence
-    "test_zero_equivalence.py",
-)
+# Test order and the fast tier come from recorded durations (tests/durations.json, written by
+# `make test-durations`): `--dist loadfile` hands whole files to the workers in collection order,
+# so the longest files go first (a long file collected last would keep one worker busy while the
+# other has nothing left); a test that took longer than FAST_LIMIT_S is marked `slow`, and
+# `make test-fast` runs the rest. A test without a record (a new one) counts as fast until the
+# next recording.
+DURATIONS_FILE = Path(__file__).with_name("durations.json")
+FAST_LIMIT_S = 12.0
+_MEASURED: dict[str, float] = {}
+
+
+def recorded_durations() -> dict[str, float]:
+    return json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.exists() else {}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"slow: took over {FAST_LIMIT_S:g} s when durations were recorded (not in make test-fast)")
 
 
 def pytest_collection_modifyitems(config, items):
-    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(os.path.basename(str(item.fspath)), len(rank)))  # stable: order within a file kept
+    recorded = recorded_durations()
+    per_file: dict[str, float] = {}
+    for nodeid, seconds in recorded.items():
+        file = nodeid.split("::")[0]
+        per_file[file] = per_file.get(file, 0.0) + seconds
+    items.sort(key=lambda item: -per_file.get(item.nodeid.split("::")[0], 0.0))  # stable: order within a file kept
+    for item in items:
+        if recorded.get(item.nodeid, 0.0) > FAST_LIMIT_S:
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_runtest_logreport(report):
+    # Setup, call and teardown of each test; with xdist every worker's reports reach the controller.
+    if os.environ.get("BERT_DS_RECORD_DURATIONS") == "1":
+        _MEASURED[report.nodeid] = _MEASURED.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("BERT_DS_RECORD_DURATIONS") != "1" or hasattr(session.config, "workerinput") or not _MEASURED:
+        return
+    DURATIONS_FILE.write_text(json.dumps({k: round(v, 2) for k, v in sorted(_MEASURED.items())}, indent=0) + "\n")

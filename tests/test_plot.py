@@ -91,6 +91,18 @@ def test_x_option_and_nsp_panel_change_the_layout(tmp_path, resumed_run):
     assert png_shape(narrow)[1] < 0.9 * png_shape(both)[1]  # no NSP loss panel
 
 
+def test_x_seconds_draws_files_that_record_training_time(tmp_path):
+    from bert_ds.plot import _series, read_metrics
+
+    timed = write_lines(tmp_path / "parity" / "metrics.jsonl",
+                        [dict(train_line(s, 8.0 - s), train_seconds=0.5 * s) for s in (1, 2, 3)])
+    out = tmp_path / "seconds.png"
+    assert main([str(timed), "-o", str(out), "--x", "seconds"]) == 0
+    assert png_shape(out)[0] > 0
+    xs, ys = _series(read_metrics(timed)[0], "train_seconds", "mlm_loss")
+    assert list(xs) == [0.5, 1.0, 1.5] and list(ys) == [7.0, 6.0, 5.0]
+
+
 def bad_inputs(tmp_path):
     blank = tmp_path / "blank.jsonl"
     blank.write_text("\n\n")
