@@ -14,7 +14,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
-	$(PY) -m bert_ds.prebuild_ops
+	$(PY) -m bert_ds.runtime.prebuild_ops
 	touch $@
 
 # Two pytest workers, each running whole test files (--dist loadfile: a file's module-scoped

@@ -16,7 +16,7 @@ from bert_ds.errors import ConfigError  # noqa: F401 (raised here, imported from
 
 
 
-# The sentence splitters a run may name (implemented in data/splitters.py, where the default's
+# The sentence splitters a run may name (implemented in data/text/splitters.py, where the default's
 # measurements are); named here so the data settings below depend on nothing above them.
 SENTENCE_SPLITTERS = ("regex", "punkt")
 DEFAULT_SENTENCE_SPLITTER = "punkt"
@@ -161,56 +161,6 @@ def validate_layout(
     return world_size // (tensor_parallel * pipeline_parallel)
 
 
-def transformer_config(
-    model: ModelConfig,
-    tensor_parallel: int = 1,
-    pipeline_parallel: int = 1,
-    params_dtype=None,
-):
-    """megatron-core's TransformerConfig for `model`: built here and nowhere else.
-
-    CPU initialisation is always used: the full master weight is drawn from the default
-    generator and then sliced, so the same seed gives the same full weights at any TP size.
-    """
-    import torch
-
-    from bert_ds.compile_free_imports import import_without_compile
-
-    import_without_compile()
-    from megatron.core.transformer import TransformerConfig
-    from megatron.core.utils import init_method_normal
-
-    init = init_method_normal(model.init_method_std)
-    return TransformerConfig(
-        num_layers=model.num_layers,
-        hidden_size=model.hidden_size,
-        num_attention_heads=model.num_attention_heads,
-        ffn_hidden_size=model.ffn_hidden_size,
-        hidden_dropout=model.hidden_dropout,
-        attention_dropout=model.attention_dropout,
-        layernorm_epsilon=model.layernorm_epsilon,
-        init_method=init,
-        output_layer_init_method=init,  # BERT uses one std everywhere, no depth scaling
-        activation_func=torch.nn.functional.gelu,  # exact (erf) GELU, as BERT and HF "gelu"
-        add_bias_linear=True,
-        gated_linear_unit=False,
-        normalization="LayerNorm",
-        tensor_model_parallel_size=tensor_parallel,
-        pipeline_model_parallel_size=pipeline_parallel,
-        sequence_parallel=False,  # megatron's sequence parallelism needs TE or apex LayerNorm, not torch's
-        use_cpu_initialization=True,
-        perform_initialization=True,
-        params_dtype=torch.float32 if params_dtype is None else params_dtype,
-        bias_activation_fusion=False,
-        bias_dropout_fusion=False,
-        masked_softmax_fusion=False,
-        apply_rope_fusion=False,
-        gradient_accumulation_fusion=False,
-        persist_layer_norm=False,
-        cuda_graph_scope=[],  # the default "full" is deprecated and warns on every build
-    )
-
-
 @dataclass(frozen=True)
 class DataConfig:
     """How raw text becomes pre-training batches (bert_ds/data)."""
@@ -236,7 +186,7 @@ class DataConfig:
     txt_documents: Literal["file", "blank_line"] = "file"
     """.txt sources: one document per file, or one per blank-line separated block."""
     sentence_splitter: str = DEFAULT_SENTENCE_SPLITTER
-    """The sentence splitter (data/splitters.py) that cuts paragraphs into NSP's sentences."""
+    """The sentence splitter (data/text/splitters.py) that cuts paragraphs into NSP's sentences."""
     seed: int = 1234
     """Seeds file order, pairing, shuffling and masking."""
 

@@ -21,8 +21,8 @@ from bert_ds.data.sources import SAMPLE_TRAIN_SPECS as TRAIN_DATA
 
 def _train(args):
     from bert_ds.training.job import run_pretraining
-    from bert_ds.training.args import parse_args
-    from bert_ds.training.tokenizer_setup import resolve_tokenizer, sample_tokenizer_dir
+    from bert_ds.training.config.args import parse_args
+    from bert_ds.training.plan.tokenizer import resolve_tokenizer, sample_tokenizer_dir
 
     # The sample tokenizer (trained once, then cached); it only segments text, it learned no weights.
     resolve_tokenizer(parse_args(["--data", "sample"]))
@@ -87,7 +87,7 @@ def _piece(tokenizer, token_id: int) -> str:
 def show_predictions(result, sentences: int = 6, top_k: int = 3) -> None:
     """Mask about one word in six of held-out sentences and print the model's top guesses."""
     from bert_ds.data.sources import iter_document_texts
-    from bert_ds.data.text import TextStats, split_sentences
+    from bert_ds.data.text.cleaning import TextStats, split_sentences
 
     tokenizer, model = result.tokenizer, result.trainer.model.eval()
     texts = itertools.islice(iter_document_texts([HELD_OUT]), 3)
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
                         help="auto: bf16 where this CPU multiplies bf16 matrices fast (AMX, AVX512-BF16), else fp32")
     args = parser.parse_args(argv)
 
-    from bert_ds.precision import choose_precision
+    from bert_ds.runtime.precision import choose_precision
 
     precision = choose_precision(args.precision, "cpu")
     print(f"bert_ds demo: pre-training the {args.preset} preset for {args.steps} steps on the built-in sample "
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     plot([_metrics_file(args), "--labels", f"demo ({args.preset})", "-o", f"{args.output}/curves.png"])
     print("Small BERTs leave the guess-the-frequent-token phase after a few thousand steps: try "
           f"`python -m bert_ds.demo --steps 3000`. Checkpoint, metrics and curves: {args.output}/")
-    from bert_ds.distributed import teardown_parallel
+    from bert_ds.runtime.distributed import teardown_parallel
 
     teardown_parallel()
     return 0

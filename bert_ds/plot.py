@@ -3,7 +3,7 @@
     python -m bert_ds.plot runs/base/metrics.jsonl runs/large/metrics.jsonl -o curves.png
     python -m bert_ds.plot runs/base/metrics.jsonl --x tokens --labels base --title "BERT-base"
 
-A metrics file is what `--metrics-file` writes (bert_ds/training/metrics.py): training lines (they
+A metrics file is what `--metrics-file` writes (bert_ds/training/loop/metrics.py): training lines (they
 have "loss") and held-out evaluation lines (they have "eval/mlm_loss" and no "loss"); other lines
 and unknown keys are ignored. A resumed run appends to the same file, so a step can appear twice:
 the last line per step and kind wins, as it is the run that carried on.

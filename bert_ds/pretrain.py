@@ -1,9 +1,9 @@
 """Pre-train BERT: `deepspeed bert_ds/pretrain.py ...` (also torchrun, or plain python for one process).
 
-main(): options (training/args.py) -> the job's phases (training/job.py: tokenizer -> launch plan
+main(): options (training/config/args.py) -> the job's phases (training/job.py: tokenizer -> launch plan
 -> held-out data -> parallel layout -> model and engine -> data -> Trainer: resume -> train ->
 save). `python bert_ds/pretrain.py --help` lists the options. `--dry-run` stops after the plan
-(training/plan.py): no process group, no model, no GPU touched, and torch is never imported.
+(training/plan/resolve.py): no process group, no model, no GPU touched, and torch is never imported.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import sys
 
 
 from bert_ds.errors import USER_ERRORS, PeerLost, first_line, lost_peer, report
-from bert_ds.training.args import RunConfig, parse_args
-from bert_ds.training.health import TrainingDiverged
+from bert_ds.training.config.args import RunConfig, parse_args
+from bert_ds.training.loop.health import TrainingDiverged
 
 EXIT_DIVERGED = 3  # non-finite steps: stopped without saving, the last checkpoint is the good state
 EXIT_PEER_LOST = 4  # another rank or node died mid-run: the latest complete checkpoint is intact
@@ -25,8 +25,8 @@ def dry_run(run: RunConfig) -> int:
     # `datasets` (which reads the sources' first documents) would import torch for its torch
     # formatter; this process never trains, and without it a plan takes about a second.
     os.environ.setdefault("USE_TORCH", "0")
-    from bert_ds.training.plan import resolve_plan
-    from bert_ds.training.plan_report import format_pretrain_plan, pretrain_plan_json, write_plan_json
+    from bert_ds.training.plan.resolve import resolve_plan
+    from bert_ds.training.plan.report import format_pretrain_plan, pretrain_plan_json, write_plan_json
 
     plan = resolve_plan(run, target=run.plan.dry_run)
     print(format_pretrain_plan(plan), flush=True)
@@ -56,10 +56,10 @@ def main(argv=None) -> int:
         run = parse_args(argv)
         if run.plan.dry_run:
             return dry_run(run)  # without torch for --dry-run gpu/cpu: seconds on a login node
-        from bert_ds.training.prepare import prepare
+        from bert_ds.training.plan.prepare import prepare
 
         prepared = prepare(run)  # tokenizer and plan: a user error ends the run here, before DeepSpeed loads
-        from bert_ds.distributed import teardown_parallel
+        from bert_ds.runtime.distributed import teardown_parallel
         from bert_ds.training.job import run_pretraining
 
         finished = run_pretraining(run, prepared)

@@ -45,7 +45,7 @@ check_plan() {
   fi
 }
 
-# rendezvous: the job's first node and a port derived from the job id (bert_ds.launcher does the same).
+# rendezvous: the job's first node and a port derived from the job id (bert_ds.runtime.launcher does the same).
 rendezvous() {
   MASTER_ADDR="${MASTER_ADDR:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}"
   MASTER_PORT="${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 40000))}"

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bert_ds.cache import exclusive, publish, staging_path
+from bert_ds.runtime.cache import exclusive, publish, staging_path
 from bert_ds.config import model_preset
-from bert_ds.distributed import init_parallel, teardown_parallel
+from bert_ds.runtime.distributed import init_parallel, teardown_parallel
 
 # `--precision auto` picks bf16 on CPUs with a bf16 matrix instruction and fp32 elsewhere; the
 # suite's numerical comparisons (TP/PP/ZeRO equal to one process, to 1e-5) are fp32's, so every
@@ -15,7 +15,7 @@ from bert_ds.distributed import init_parallel, teardown_parallel
 # bf16 tests ask for `--precision bf16`; tests/test_precision.py checks auto's own rule.
 os.environ["BERT_DS_CPU_BF16"] = "0"
 # No test reaches the hub (this machine has no internet; hub sources are tested against local
-# folders laid out as the hub, tests/hub_fixtures.py): offline, a hub call fails at once.
+# folders laid out as the hub, tests/support/hub_fixtures.py): offline, a hub call fails at once.
 os.environ["HF_HUB_OFFLINE"] = "1"
 # Every subprocess (a job run by path, `python -c`, `-m bert_ds...`) imports this checkout's
 # bert_ds, not whichever checkout the venv's editable install points at.
@@ -26,7 +26,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYT
 def _shared_dir(tmp_path_factory, name: str) -> Path:
     """A folder shared by this session's pytest workers (pytest-xdist: the workers' temporary
     folders sit in one folder per run), so what a fixture builds there is built once per run,
-    under a lock (bert_ds/cache.py), not once per worker."""
+    under a lock (bert_ds/runtime/cache.py), not once per worker."""
     base = tmp_path_factory.getbasetemp()
     root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     return root / name
@@ -39,7 +39,7 @@ def shared_cache(tmp_path_factory):
     cache = _shared_dir(tmp_path_factory, "bert_ds_cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BERT_DS_CACHE", str(cache))
-        from bert_ds.training.tokenizer_setup import sample_tokenizer
+        from bert_ds.training.plan.tokenizer import sample_tokenizer
 
         sample_tokenizer()  # locked: one worker trains, the other waits and loads
     return str(cache)
@@ -58,7 +58,7 @@ def layout():
 def sample_tokenizer(tmp_path_factory):
     """A sentencepiece tokenizer trained on the built-in sample corpus (small vocab: fast)."""
     from bert_ds.data.sources import iter_document_texts
-    from bert_ds.data.tokenizer import load_tokenizer, train_sentencepiece
+    from bert_ds.data.tokenizer.load import load_tokenizer, train_sentencepiece
 
     folder = _shared_dir(tmp_path_factory, "tokenizer-2000")
     with exclusive(folder.with_suffix(".lock")):
@@ -73,7 +73,7 @@ def sample_tokenizer(tmp_path_factory):
 def sample_documents(sample_tokenizer):
     """The sample corpus as tokenized documents (sentences of ids), read once per session."""
     from bert_ds.data.sources import iter_document_texts
-    from bert_ds.data.text import TextStats, split_sentences
+    from bert_ds.data.text.cleaning import TextStats, split_sentences
 
     stats = TextStats()
     documents = []
@@ -87,7 +87,7 @@ def sample_documents(sample_tokenizer):
 def pretrained_tiny(tmp_path_factory, shared_cache):
     """A tiny ZeRO pre-training checkpoint (20 steps on the sample corpus, its sentencepiece
     tokenizer stored beside it): the --init of fine-tuning tests."""
-    from tests.helpers import run_pretrain
+    from tests.support.helpers import run_pretrain
 
     root = _shared_dir(tmp_path_factory, "pretrained_tiny")
     with exclusive(root.with_suffix(".lock")):  # one worker trains it, the other waits

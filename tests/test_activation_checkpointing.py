@@ -12,15 +12,16 @@ import time
 import pytest
 import torch
 
-from bert_ds.config import model_preset, transformer_config
-from bert_ds.distributed import init_parallel
+from bert_ds.config import model_preset
+from bert_ds.model.megatron_config import transformer_config
+from bert_ds.runtime.distributed import init_parallel
 from bert_ds.model import build_model
 from bert_ds.model import layers
 from bert_ds.model.attention import SDPACoreAttention
 from bert_ds.model.bert import BertForPretraining
 from bert_ds.model.loss import pretraining_loss
 from bert_ds.model.sharding import gather_full_tensors
-from tests.helpers import run_on_ranks, synthetic_batch
+from tests.support.helpers import run_on_ranks, synthetic_batch
 
 VOCAB = 128
 POSITIONS = ["post", "pre"]

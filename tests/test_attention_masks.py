@@ -7,7 +7,7 @@ from bert_ds.config import model_preset
 from bert_ds.model import build_model
 from bert_ds.model.bert import attention_mask_to_masked_out
 from bert_ds.model.loss import pretraining_loss
-from tests.helpers import synthetic_batch
+from tests.support.helpers import synthetic_batch
 
 VOCAB = 64
 

@@ -2,8 +2,9 @@
 
 import pytest
 
-from bert_ds.config import ConfigError, model_preset, transformer_config, validate_layout
-from bert_ds.distributed import init_parallel
+from bert_ds.config import ConfigError, model_preset, validate_layout
+from bert_ds.model.megatron_config import transformer_config
+from bert_ds.runtime.distributed import init_parallel
 
 
 @pytest.mark.parametrize(

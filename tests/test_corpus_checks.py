@@ -1,4 +1,4 @@
-"""Start-up checks of local corpora (data/sources.py: check_sources, data/json_records.py): an
+"""Start-up checks of local corpora (data/sources.py: check_sources, data/records/json_lines.py): an
 unusable record anywhere in a JSON source, or a Parquet `text` column that is not strings or holds
 nulls, stops the run before training with the file and line (or row group); a checked file is not
 checked again by the next start; processes starting together index different files at once."""
@@ -11,11 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bert_ds.cache import exclusive
+from bert_ds.runtime.cache import exclusive
 from bert_ds.config import DataConfig
-from bert_ds.data import json_records, parquet_records, sources
+from bert_ds.data import sources
+from bert_ds.data.records import json_lines as json_records
+from bert_ds.data.records import parquet as parquet_records
 from bert_ds.data.loader import PretrainingLoader
-from bert_ds.data.record_index import index_file
+from bert_ds.data.records.index import index_file
 from bert_ds.data.sources import DataError, DataSource, check_sources, source_epoch
 
 GOOD = json.dumps({"text": "A fine record. It has two sentences."})
@@ -159,7 +161,7 @@ def test_a_cache_on_a_file_system_without_locks_still_works(tmp_path, monkeypatc
 
 
 def test_a_folder_built_twice_without_a_lock_keeps_the_first(tmp_path):
-    from bert_ds.cache import publish, staging_path
+    from bert_ds.runtime.cache import publish, staging_path
 
     target = tmp_path / "tokenizer"
     for text in ("first", "second"):  # two processes, each building its own copy
@@ -199,7 +201,7 @@ def test_a_parquet_file_with_two_text_columns_is_named(tmp_path):
 def test_the_dry_run_checks_the_corpus_and_leaves_its_indexes_for_the_run(tmp_path):
     """As a user runs it: `pretrain.py --dry-run` names a bad record by file and line (exit 2, one
     line); once fixed, the plan passes and the run's processes find every index built."""
-    from tests.helpers import run_entrypoint
+    from tests.support.helpers import run_entrypoint
 
     corpus = tmp_path / "wiki"
     corpus.mkdir()

@@ -1,4 +1,4 @@
-"""Real corpus schemas -> documents (data/layouts.py): the hub's BookCorpus (one sentence per
+"""Real corpus schemas -> documents (data/text/layouts.py): the hub's BookCorpus (one sentence per
 record), the hub's Wikipedia (id, url, title, text), Google's create_pretraining_data.py input,
 plain text files; fixtures in tests/fixtures/corpus/ in their exact shapes."""
 
@@ -10,7 +10,7 @@ import pytest
 from bert_ds.config import DataConfig
 from bert_ds.data.sources import DataError, parse_sources, record_layout
 from bert_ds.data.stream import ExampleStream, SourceReader
-from bert_ds.data.text import TextStats
+from bert_ds.data.text.cleaning import TextStats
 
 FIXTURES = Path(__file__).parent / "fixtures" / "corpus"
 BOOK = Path(__file__).parent.parent / "bert_ds" / "data" / "sample" / "books" / "austen-persuasion.txt"
@@ -19,7 +19,7 @@ BOOK = Path(__file__).parent.parent / "bert_ds" / "data" / "sample" / "books" / 
 @pytest.fixture(scope="module")
 def bookcorpus_records(tmp_path_factory):
     """A book as the hub's BookCorpus holds it: one `text` record per sentence, in order, no book id."""
-    from bert_ds.data.text import split_sentences
+    from bert_ds.data.text.cleaning import split_sentences
 
     sentences = split_sentences(BOOK.read_text(encoding="utf-8"), TextStats())[:3000]
     path = tmp_path_factory.mktemp("bookcorpus") / "bookcorpus.jsonl"
@@ -128,7 +128,7 @@ def test_bad_layout_is_named(spec, message):
 
 
 def test_start_up_check_warns_about_one_sentence_documents(bookcorpus_records, sample_tokenizer):
-    from bert_ds.data.vocab_check import sample_source
+    from bert_ds.data.tokenizer.vocab_check import sample_source
 
     path, _ = bookcorpus_records
     wrong = sample_source(parse_sources([f"books={path}#article"])[0], sample_tokenizer, seed=1234)

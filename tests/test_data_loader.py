@@ -10,7 +10,7 @@ from bert_ds.config import DataConfig
 from bert_ds.data.loader import PretrainingLoader
 from bert_ds.data.sources import DataError, DataSource, parse_sources, sample_sources
 from bert_ds.data.stream import ExampleStream, SourceReader
-from bert_ds.data.text import TextStats
+from bert_ds.data.text.cleaning import TextStats
 
 
 def _config(**overrides):

@@ -13,7 +13,7 @@ from bert_ds.data.reshard import reshard_stream_states
 from bert_ds.data.sources import parse_sources
 from bert_ds.data.stream import ExampleStream, SourceReader
 
-SIZES = {"books": 23, "wiki": 200}  # records per source; books are longer. Wiki: chunks of 4 records (data/record_index.py)
+SIZES = {"books": 23, "wiki": 200}  # records per source; books are longer. Wiki: chunks of 4 records (data/records/index.py)
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from tests.helpers import needs_fast_bf16
+from tests.support.helpers import needs_fast_bf16
 
 # auto is fp32 in the suite (tests/conftest.py); bf16 is what auto picks on CPUs with AMX or AVX512-BF16.
 @pytest.mark.parametrize("precision", ["auto", pytest.param("bf16", marks=needs_fast_bf16)])

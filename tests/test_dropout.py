@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bert_ds.distributed import RNGStatesTracker
+from bert_ds.runtime.distributed import RNGStatesTracker
 from bert_ds.model.attention import SDPACoreAttention
 from bert_ds.model.dropout import Dropout, dropout, get_bias_dropout_add, keep_probability, scaled_keep_mask
 

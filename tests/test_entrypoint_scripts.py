@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 ENTRYPOINTS = ("bert_ds/pretrain.py", "bert_ds/finetune/glue.py", "bert_ds/finetune/squad.py",
                "bert_ds/finetune/swag.py", "bert_ds/finetune/ner.py")
@@ -45,7 +45,8 @@ def test_jobs_start_without_importing_torch_inductor():
     import, about 3 s, at the start of every process."""
     code = ("import sys, torch; compile_ = torch.compile\n"
             "import bert_ds.training.job, bert_ds.finetune.core, bert_ds.model.pipeline\n"
-            "from bert_ds.config import model_preset, transformer_config; transformer_config(model_preset('tiny'))\n"
+            "from bert_ds.config import model_preset; from bert_ds.model.megatron_config import transformer_config\n"
+            "transformer_config(model_preset('tiny'))\n"
             "import megatron.core.fusions.fused_bias_gelu as gelu\n"
             "import deepspeed.runtime.zero.muon.muon_optimizer  # deepspeed.initialize imports it\n"
             "print('torch._inductor.compile_fx' in sys.modules, torch.compile is compile_, gelu.bias_gelu_impl is not None)")

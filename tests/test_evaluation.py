@@ -1,4 +1,4 @@
-"""Held-out evaluation during pre-training (training/evaluation.py, training/eval_loop.py).
+"""Held-out evaluation during pre-training (training/evaluation.py, training/loop/eval_schedule.py).
 
 Real jobs on the tiny preset and the sample corpus (the held-out Wikipedia articles are the
 default evaluation data): the same weights score the same at TP=2, PP=2 and DP=2 as in one
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import read_metrics, run_pretrain
+from tests.support.helpers import read_metrics, run_pretrain
 
 FIXTURES_WIKI = Path(__file__).parent / "fixtures" / "corpus" / "wikipedia_hub.jsonl"
 COMMON = ["--preset", "tiny", "--dropout", "0", "--global-batch-size", "8", "--micro-batch-size", "4",
@@ -105,7 +105,7 @@ def test_evaluation_data_too_small_is_one_error_line(tmp_path, cache):
 ])
 def test_bad_evaluation_options_are_one_sentence(args, message):
     from bert_ds.config import ConfigError
-    from bert_ds.training.args import parse_args
+    from bert_ds.training.config.args import parse_args
 
     with pytest.raises(ConfigError, match="Invalid options") as error:
         parse_args(args)
@@ -128,7 +128,7 @@ def test_the_sample_wikipedia_is_clean_text_with_the_hub_schema():
 
 def test_the_sample_holds_its_evaluation_articles_out_of_training():
     from bert_ds.data.sources import SAMPLE_HELD_OUT_SPEC, parse_sources
-    from bert_ds.training.args import parse_args
+    from bert_ds.training.config.args import parse_args
 
     run = parse_args(["--eval-interval", "10"])
     assert run.eval.eval_data == [SAMPLE_HELD_OUT_SPEC]
@@ -162,7 +162,7 @@ def test_evaluation_set_is_fixed_and_independent_of_the_training_seed(sample_tok
 
 
 def test_dry_run_checks_the_evaluation_files_and_shows_layouts(tmp_path, cache, monkeypatch):
-    from tests.hub_fixtures import bookcorpus_mirror, wikipedia_mirror
+    from tests.support.hub_fixtures import bookcorpus_mirror, wikipedia_mirror
 
     bookcorpus_mirror(tmp_path / "hub", sentences=600)  # the hub's Parquet files, read from a local mirror
     wikipedia_mirror(tmp_path / "hub", articles=100, files=1)

@@ -8,18 +8,18 @@ import numpy as np
 import pytest
 from datasets import Dataset
 
-from bert_ds.data.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
-from bert_ds.finetune.glue_data import glue_examples_from_hub, load_glue, read_glue_file
-from bert_ds.finetune.squad_data import SquadExample, gold_answers, load_squad, squad_examples_from_hub
-from bert_ds.finetune.squad_features import (
+from bert_ds.data.tokenizer.load import SPECIAL_TOKENS, WordPieceTokenizer
+from bert_ds.finetune.data.glue import glue_examples_from_hub, load_glue, read_glue_file
+from bert_ds.finetune.data.squad import SquadExample, gold_answers, load_squad, squad_examples_from_hub
+from bert_ds.finetune.data.squad_features import (
     build_squad_features,
     context_tokens,
     piece_spans,
     postprocess,
     window_starts,
 )
-from bert_ds.finetune.swag_data import load_swag, swag_examples_from_hub
-from bert_ds.finetune.tasks import GLUE_TASKS, FinetuneDataError, get_task
+from bert_ds.finetune.data.swag import load_swag, swag_examples_from_hub
+from bert_ds.finetune.data.tasks import GLUE_TASKS, FinetuneDataError, get_task
 
 
 def write(path, text: str, encoding: str = "utf-8"):

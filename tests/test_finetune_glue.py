@@ -1,5 +1,5 @@
 """`bert_ds/finetune/glue.py` end to end: real jobs from a tiny pre-trained checkpoint on GLUE
-folders in the download script's exact format (tests/glue_fixtures.py)."""
+folders in the download script's exact format (tests/support/glue_fixtures.py)."""
 
 import json
 import random
@@ -7,9 +7,9 @@ import random
 import pytest
 import torch
 
-from tests.glue_fixtures import write_all_tasks, write_sst2
-from tests.golden import assert_golden
-from tests.helpers import run_entrypoint
+from tests.support.glue_fixtures import write_all_tasks, write_sst2
+from tests.support.golden import assert_golden
+from tests.support.helpers import run_entrypoint
 
 SCRIPT = "bert_ds/finetune/glue.py"
 SMALL = ["--max-seq-length", "48", "--epochs", "1", "--batch-size", "4", "--lr", "1e-3"]
@@ -58,9 +58,9 @@ def test_learns_a_sentiment_cue_and_writes_every_output(tmp_path, sst2, pretrain
     import transformers
 
     from bert_ds.checkpoint.portable import open_portable
-    from bert_ds.data.tokenizer import load_tokenizer
+    from bert_ds.data.tokenizer.load import load_tokenizer
     from bert_ds.finetune.batches import collate, pair_feature
-    from tests.helpers import REPO
+    from tests.support.helpers import REPO
 
     hf_dir = tmp_path / "hf"
     command = [sys.executable, "-m", "bert_ds.checkpoint", "export-hf", str(out / "model"), str(hf_dir)]
@@ -168,7 +168,7 @@ def _output(tmp_path, name, args, nproc=1):
 )
 def test_bad_data_is_a_named_error(tmp_path, sample_tokenizer, change, message):
     from bert_ds.finetune.glue import build_task
-    from bert_ds.finetune.tasks import FinetuneDataError
+    from bert_ds.finetune.data.tasks import FinetuneDataError
 
     data = tmp_path / "glue_data"
     write_sst2(data, random.Random(1), 8, 8, 0)
@@ -199,7 +199,7 @@ def test_init_from_a_hugging_face_folder(tmp_path, sst2):
     becomes the tokenizer, the run trains and reports."""
     import transformers
 
-    from tests.glue_fixtures import WORDS
+    from tests.support.glue_fixtures import WORDS
 
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(WORDS) | {"excellent", "wonderful", "superb",
               "lovely", "terrible", "awful", "dreadful", "horrible"})

@@ -12,13 +12,13 @@ import sys
 import numpy as np
 import pytest
 
-from bert_ds.finetune.conll_data import CONLL2003_LABELS, conll_from_hub, label_list, load_conll, read_conll_file
+from bert_ds.finetune.data.conll import CONLL2003_LABELS, conll_from_hub, label_list, load_conll, read_conll_file
 from bert_ds.finetune.metrics import entity_metrics
-from bert_ds.finetune.ner_features import conll_lines, tagging_features, word_tags
-from bert_ds.finetune.tasks import FinetuneDataError
+from bert_ds.finetune.data.ner_features import conll_lines, tagging_features, word_tags
+from bert_ds.finetune.data.tasks import FinetuneDataError
 from bert_ds.model.heads import IGNORE_INDEX
-from tests.helpers import REPO, run_entrypoint
-from tests.task_fixtures import write_conll
+from tests.support.helpers import REPO, run_entrypoint
+from tests.support.task_fixtures import write_conll
 
 SCRIPT = "bert_ds/finetune/ner.py"
 CONLL_2003 = """-DOCSTART- -X- -X- O
@@ -97,8 +97,8 @@ def test_the_hubs_parquet_branch_layout_reads_at_a_revision(tmp_path):
     as that branch is (`conll2003/<split>/0000.parquet`) reads every split with its ClassLabel names."""
     import datasets
 
-    from bert_ds.finetune.conll_data import CONLL_HUB_ID
-    from bert_ds.finetune.tasks import parse_hub_spec
+    from bert_ds.finetune.data.conll import CONLL_HUB_ID
+    from bert_ds.finetune.data.tasks import parse_hub_spec
 
     assert parse_hub_spec(f"hf:{CONLL_HUB_ID}") == ("eriktks/conll2003", None, "refs/convert/parquet")
     features = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
@@ -194,7 +194,7 @@ def test_learns_the_gazetteer_tags_writes_conll_predictions_and_exports(tmp_path
     import transformers
 
     from bert_ds.checkpoint.portable import open_portable
-    from bert_ds.data.tokenizer import load_tokenizer
+    from bert_ds.data.tokenizer.load import load_tokenizer
     from bert_ds.finetune.batches import collate
 
     hf_dir = tmp_path / "hf"

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from tests.helpers import run_entrypoint
+from tests.support.helpers import run_entrypoint
 
 SCRIPT = "bert_ds/finetune/squad.py"
 FILLER = (
@@ -131,7 +131,7 @@ def test_v2_tunes_the_null_threshold_on_dev_and_answers_nothing_above_it(tmp_pat
 def tokenizer(pretrained_tiny):
     from pathlib import Path
 
-    from bert_ds.data.tokenizer import load_tokenizer
+    from bert_ds.data.tokenizer.load import load_tokenizer
 
     return load_tokenizer(Path(pretrained_tiny) / "tokenizer")
 
@@ -147,8 +147,8 @@ def _logits(window: dict, start: int, end: int, null: float, span: float = 5.0):
 
 def test_v2_threshold_is_tuned_unless_given_and_infinite_odds_stay_standard_json(tmp_path, tokenizer):
     from bert_ds.finetune.squad import NO_SPAN_NULL_ODDS, build_task
-    from bert_ds.finetune.squad_data import load_squad
-    from bert_ds.finetune.squad_features import build_squad_features
+    from bert_ds.finetune.data.squad import load_squad
+    from bert_ds.finetune.data.squad_features import build_squad_features
 
     data = write_squad(tmp_path / "squad", "2.0", train=4, dev=12, unanswerable=0.3, seed=3)
     specs = dict(train=str(data), dev=str(data))
@@ -196,7 +196,7 @@ def test_v2_threshold_is_tuned_unless_given_and_infinite_odds_stay_standard_json
 
 def test_v1_refuses_unanswerable_questions_and_an_empty_dev_set(tmp_path, tokenizer):
     from bert_ds.finetune.squad import build_task
-    from bert_ds.finetune.tasks import FinetuneDataError
+    from bert_ds.finetune.data.tasks import FinetuneDataError
 
     data = write_squad(tmp_path / "squad", "2.0", train=6, dev=0, unanswerable=0.5, seed=1)
     specs = dict(train=str(data / "train-v2.0.json"), dev=str(data / "dev-v2.0.json"))
@@ -208,7 +208,7 @@ def test_v1_refuses_unanswerable_questions_and_an_empty_dev_set(tmp_path, tokeni
 
 def test_exactly_one_data_source():
     from bert_ds.finetune.squad import add_arguments, data_specs
-    from bert_ds.finetune.tasks import FinetuneDataError
+    from bert_ds.finetune.data.tasks import FinetuneDataError
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

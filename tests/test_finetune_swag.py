@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from tests.helpers import run_entrypoint
+from tests.support.helpers import run_entrypoint
 
 SCRIPT = "bert_ds/finetune/swag.py"
 COLOURS = "red blue green black white yellow brown orange purple gold silver".split()
@@ -95,10 +95,10 @@ def test_a_label_out_of_range_is_one_error_line(tmp_path, pretrained_tiny):
 def test_four_sequences_per_example_the_data_options_and_an_empty_val_set(tmp_path, pretrained_tiny):
     from pathlib import Path
 
-    from bert_ds.data.tokenizer import load_tokenizer
+    from bert_ds.data.tokenizer.load import load_tokenizer
     from bert_ds.finetune.swag import add_arguments, build_task, data_spec, example_features, has_test_split
-    from bert_ds.finetune.swag_data import SwagExample
-    from bert_ds.finetune.tasks import FinetuneDataError
+    from bert_ds.finetune.data.swag import SwagExample
+    from bert_ds.finetune.data.tasks import FinetuneDataError
 
     tokenizer = load_tokenizer(Path(pretrained_tiny) / "tokenizer")
     example = SwagExample("val-2", "A man sits down.", "He", ("eats.", "runs away.", "sleeps.", "reads a book."), 1)

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from bert_ds.config import ConfigError, ModelConfig, model_preset
-from bert_ds.training.batch_plan import micro_batch_ceiling, plan_batches
-from bert_ds.training.footprint import finetuning_parameters, model_state_bytes, stage_parameters
-from tests.helpers import assert_checkpoint_matches_estimate, run_on_ranks
+from bert_ds.training.config.batch_plan import micro_batch_ceiling, plan_batches
+from bert_ds.training.plan.footprint import finetuning_parameters, model_state_bytes, stage_parameters
+from tests.support.helpers import assert_checkpoint_matches_estimate, run_on_ranks
 
 VOCAB = 256
 
@@ -38,12 +38,12 @@ def test_finetuning_counts_match_the_task_models(layout, kind, outputs):
 def _rank_counts(rank, tp, pp, out):
     import torch
 
-    from bert_ds.distributed import init_parallel
+    from bert_ds.runtime.distributed import init_parallel
 
     config = model_preset("tiny", vocab_size=VOCAB)
     layout = init_parallel(config, tensor_parallel=tp, pipeline_parallel=pp)
     from bert_ds.model import build_model
-    from bert_ds.training.pipeline_loss import PretrainingLossFn
+    from bert_ds.training.engine.pipeline_loss import PretrainingLossFn
 
     model = build_model(config, layout, pipeline_loss=PretrainingLossFn(layout.tp_group) if pp > 1 else None)
     torch.save(dict(stage=layout.pp_rank, count=_count(model)), f"{out}/rank{rank}.pt")

@@ -1,4 +1,4 @@
-"""Fuzz: random pre-training corpora and fine-tuning files through the readers (tests/fuzzing.py)."""
+"""Fuzz: random pre-training corpora and fine-tuning files through the readers (tests/support/fuzzing.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from bert_ds.config import ConfigError, DataConfig
 from bert_ds.data.sources import DataError, parse_sources
-from bert_ds.finetune.tasks import GLUE_TASKS, FinetuneDataError
-from tests.fuzzing import _ARG_TEXT, _JSON, fuzz, mostly, outcome, quiet_argparse, time_limit  # noqa: F401
+from bert_ds.finetune.data.tasks import GLUE_TASKS, FinetuneDataError
+from tests.support.fuzzing import _ARG_TEXT, _JSON, fuzz, mostly, outcome, quiet_argparse, time_limit  # noqa: F401
 
 
 # --- pre-training corpora -------------------------------------------------------------------
@@ -195,7 +195,7 @@ def glue_files(draw):
 @fuzz(250)
 @given(case=glue_files())
 def test_glue_file(tmp_path, case):
-    from bert_ds.finetune.glue_data import load_glue
+    from bert_ds.finetune.data.glue import load_glue
 
     task, split, content = case
     path = tmp_path / task.folder / f"{split}.tsv"
@@ -273,7 +273,7 @@ _SQUAD_TRUE_OFFSET = {"data": [{"title": "T", "paragraphs": [{"context": "abc", 
 @example(content=b"[" * 100_000, version="1.1")  # was a RecursionError
 @example(content=json.dumps(_SQUAD_TRUE_OFFSET).encode(), version="1.1")  # was accepted with offset True
 def test_squad_file(tmp_path, content, version):
-    from bert_ds.finetune.squad_data import load_squad
+    from bert_ds.finetune.data.squad import load_squad
 
     (tmp_path / f"train-v{version}.json").write_bytes(content)
     examples = examples_or_error(lambda: load_squad("train", str(tmp_path), version))
@@ -325,7 +325,7 @@ def swag_files(draw):
 @example(case=("train", b"\x80"))  # was a UnicodeDecodeError
 @example(case=("train", b'a,"' + b"y" * 140_000 + b'"\n'))  # was csv.Error (field larger than field limit)
 def test_swag_file(tmp_path, case):
-    from bert_ds.finetune.swag_data import SWAG_FILES, load_swag
+    from bert_ds.finetune.data.swag import SWAG_FILES, load_swag
 
     split, content = case
     (tmp_path / SWAG_FILES[split]).write_bytes(content)
@@ -346,9 +346,9 @@ _PATHS = st.one_of(
 def test_finetune_data_locations(data, reader):
     """--data-dir / data paths that name nothing readable (too long, NUL bytes, ...) end as a
     FinetuneDataError naming the path; hub specs are not fetched here."""
-    from bert_ds.finetune.glue_data import load_glue
-    from bert_ds.finetune.squad_data import load_squad
-    from bert_ds.finetune.swag_data import load_swag
+    from bert_ds.finetune.data.glue import load_glue
+    from bert_ds.finetune.data.squad import load_squad
+    from bert_ds.finetune.data.swag import load_swag
 
     if data.startswith("hf:"):
         return

@@ -1,4 +1,4 @@
-"""Fuzz: random pre-training and fine-tuning command lines and DeepSpeed JSON files (tests/fuzzing.py)."""
+"""Fuzz: random pre-training and fine-tuning command lines and DeepSpeed JSON files (tests/support/fuzzing.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from bert_ds.config import ConfigError, model_preset, padded_vocab_size, validate_layout
 from bert_ds.checkpoint.zero import CheckpointError
 from bert_ds.data.sources import DataError
-from bert_ds.data.tokenizer import TokenizerError
-from tests.fuzzing import _ARG_TEXT, _JSON, _JSON_SCALARS, fuzz, mostly, outcome, quiet_argparse, time_limit  # noqa: F401
+from bert_ds.data.tokenizer.load import TokenizerError
+from tests.support.fuzzing import _ARG_TEXT, _JSON, _JSON_SCALARS, fuzz, mostly, outcome, quiet_argparse, time_limit  # noqa: F401
 
 
 # --- command lines --------------------------------------------------------------------------
@@ -77,7 +77,7 @@ def command_lines(parser: argparse.ArgumentParser, required=()):
 
 
 def _pretrain_parser():
-    from bert_ds.training.args import _parser
+    from bert_ds.training.config.args import _parser
 
     return _parser()
 
@@ -97,8 +97,8 @@ class _SampleSizedTokenizer:
 def pretraining_checks(argv: list[str]) -> None:
     """What bert_ds/pretrain.py does with a command line before it starts processes: parse, then
     the launch plan (sizes, batch plan, DeepSpeed config, data paths, resume) at several worlds."""
-    from bert_ds.training.args import parse_args
-    from bert_ds.training.plan import resolve_plan
+    from bert_ds.training.config.args import parse_args
+    from bert_ds.training.plan.resolve import resolve_plan
 
     with quiet_argparse():
         run = parse_args(argv)
@@ -186,7 +186,7 @@ def test_finetuning_command_line(argv):
     ids=lambda argv: " ".join(argv),
 )
 def test_pretraining_options_refused_for_later_failures(argv):
-    from bert_ds.training.args import parse_args
+    from bert_ds.training.config.args import parse_args
 
     with pytest.raises(ConfigError):
         parse_args(argv)
@@ -221,7 +221,7 @@ def test_option_equals_double_dash_is_refused(argv):
     """Python 3.11's argparse turns `--seq-length=--` into seq_length=[] (a TypeError later)
     instead of a usage error; the args modules should refuse it as one."""
     from bert_ds.finetune.args import config_from_args
-    from bert_ds.training.args import parse_args
+    from bert_ds.training.config.args import parse_args
 
     with quiet_argparse(), pytest.raises((SystemExit, ConfigError)):
         if argv[0].startswith(("--epochs", "--lr")):
@@ -258,8 +258,8 @@ _DS_FILE = st.one_of(
 @example(content=b'{"zero_optimization": {"stage": 1.0}}', zero_stage_option=None, pp=1)
 @example(content=b"[" * 100_000, zero_stage_option=None, pp=1)
 def test_deepspeed_config_file(tmp_path, content, zero_stage_option, pp):
-    from bert_ds.training.args import parse_args
-    from bert_ds.training.batch_plan import BatchPlan
+    from bert_ds.training.config.args import parse_args
+    from bert_ds.training.config.batch_plan import BatchPlan
 
     path = tmp_path / "ds.json"
     path.write_bytes(content)

@@ -31,10 +31,10 @@ from bert_ds.checkpoint.hf_weights import HEADS, TIED, hf_to_bert_ds, model_conf
 from bert_ds.checkpoint.portable import open_portable, write_portable
 from bert_ds.checkpoint.portable_load import load_portable_weights
 from bert_ds.checkpoint.zero import CheckpointError
-from bert_ds.data.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
+from bert_ds.data.tokenizer.load import SPECIAL_TOKENS, WordPieceTokenizer
 from bert_ds.model import build_model
 from bert_ds.model.init import initial_full_tensor
-from tests.helpers import REPO, run_on_ranks, synthetic_batch
+from tests.support.helpers import REPO, run_on_ranks, synthetic_batch
 
 TOKENS = list(SPECIAL_TOKENS) + [f"tok{i}" for i in range(91)]  # 96 lines: the HF vocab_size
 VOCAB = len(TOKENS)
@@ -141,7 +141,7 @@ def test_logits_match_after_import_at_tp1(layout, hf_model, imported):
 
 
 def _tp2_worker(rank, portable, out_dir):
-    from bert_ds.distributed import init_parallel
+    from bert_ds.runtime.distributed import init_parallel
 
     checkpoint = open_portable(portable)
     config = checkpoint.model_config.replace(vocab_size=PADDED_VOCAB, **NO_DROPOUT)
@@ -303,7 +303,7 @@ def test_task_model_exports_to_its_hf_class(layout, imported, kind, tmp_path):
 
 
 def test_sentencepiece_export_writes_a_fast_tokenizer(layout, tmp_path):
-    from bert_ds.data.tokenizer import train_sentencepiece
+    from bert_ds.data.tokenizer.load import train_sentencepiece
 
     animals, adjectives = ("cat", "dog", "owl"), ("red", "big", "old")
     lines = [f"the {w} sat on the {v} mat, said Mr. {w.title()}." for w in animals for v in adjectives]

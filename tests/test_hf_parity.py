@@ -7,7 +7,7 @@ from transformers import BertConfig, BertForPreTraining
 
 from bert_ds.checkpoint.hf_weights import bert_ds_to_hf, hf_to_bert_ds, model_config_from_hf
 from bert_ds.model import build_model
-from tests.helpers import synthetic_batch
+from tests.support.helpers import synthetic_batch
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_lr_schedule_is_hugging_faces_step_for_step(warmup, total):
     step at lr/W instead of 0): every step of the schedule now equals transformers'."""
     from transformers import get_linear_schedule_with_warmup
 
-    from bert_ds.training.optim import OptimizerSettings, build_scheduler
+    from bert_ds.training.engine.optim import OptimizerSettings, build_scheduler
 
     def lrs(scheduler_of) -> list[float]:
         optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)

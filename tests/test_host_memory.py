@@ -13,7 +13,7 @@ import pytest
 PROGRAM = """
 import resource, sys
 import torch
-from bert_ds.host_memory import keep_freed_memory_mapped
+from bert_ds.runtime.host_memory import keep_freed_memory_mapped
 if sys.argv[1] == "keep":
     assert keep_freed_memory_mapped()
 
@@ -49,7 +49,7 @@ def test_repeated_steps_reuse_their_pages():
 
 
 def test_gpu_partitioning_zero_and_opted_out_runs_keep_malloc_defaults(monkeypatch):
-    from bert_ds.host_memory import tune_malloc_for_training
+    from bert_ds.runtime.host_memory import tune_malloc_for_training
 
     assert tune_malloc_for_training("cuda", zero_stage=0) is False  # GPU runs keep malloc's defaults
     assert tune_malloc_for_training("cpu", zero_stage=1, data_parallel=2) is False  # so do ZeRO runs that partition
@@ -60,7 +60,7 @@ def test_gpu_partitioning_zero_and_opted_out_runs_keep_malloc_defaults(monkeypat
 RETURN_PROGRAM = """
 import sys
 import torch
-from bert_ds.host_memory import return_freed_memory
+from bert_ds.runtime.host_memory import return_freed_memory
 if sys.argv[1] == "return":
     assert return_freed_memory()
 
@@ -93,7 +93,7 @@ def test_partitioned_runs_return_freed_buffers_to_the_os():
 
 
 def test_only_cpu_runs_that_partition_return_freed_memory(monkeypatch):
-    from bert_ds.host_memory import tune_malloc_for_partitioning
+    from bert_ds.runtime.host_memory import tune_malloc_for_partitioning
 
     assert tune_malloc_for_partitioning("cuda", zero_stage=3, data_parallel=2) is False
     assert tune_malloc_for_partitioning("cpu", zero_stage=3, data_parallel=1) is False  # partitions nothing

@@ -1,5 +1,5 @@
 """Hub sources read by row group from their Parquet files (bert_ds/data/hub/),
-against a local folder laid out as the hub (tests/hub_fixtures.py) and read through the same
+against a local folder laid out as the hub (tests/support/hub_fixtures.py) and read through the same
 fsspec calls, counting the bytes each loader shard fetches."""
 
 from __future__ import annotations
@@ -12,22 +12,13 @@ from bert_ds.config import DataConfig
 from bert_ds.data.hub import fs as hub_fs, parquet as hub_parquet
 from bert_ds.data.sources import DataError, check_sources, parse_sources, streams_whole
 from bert_ds.data.stream import SourceReader
-from bert_ds.data.text import TextStats
-from tests.hub_fixtures import (
-    BOOKS_ID, BOOKS_REVISION, WIKI_CONFIG, WIKI_ID, CountingFileSystem, bookcorpus_mirror, wikipedia_mirror,
+from bert_ds.data.text.cleaning import TextStats
+from tests.support.hub_fixtures import (
+    BOOKS_ID, BOOKS_REVISION, WIKI_CONFIG, WIKI_ID, CountingFileSystem, WordTokenizer, bookcorpus_mirror, wikipedia_mirror,
     write_hub_file,
 )
 
 WIKI = f"wiki=hf:{WIKI_ID}:{WIKI_CONFIG}"
-
-
-class WordTokenizer:
-    """One id per word: what a shard reads is under test here, not tokenizing."""
-
-    unk_id = 0
-
-    def encode_batch(self, sentences):
-        return [[1] * len(sentence.split()) for sentence in sentences]
 
 
 @pytest.fixture
@@ -121,7 +112,7 @@ def test_unknown_ids_and_revisions_are_one_sentence_each(hub):
 
 
 def test_a_hub_dataset_without_parquet_files_is_streamed_and_the_plan_says_what_it_costs(hub):
-    from bert_ds.training.data_plan import _hub_plan
+    from bert_ds.training.plan.data import _hub_plan
 
     json_only = hub / "datasets" / "some" / "jsonl@main" / "data"
     json_only.mkdir(parents=True)
@@ -136,7 +127,7 @@ def test_a_hub_dataset_without_parquet_files_is_streamed_and_the_plan_says_what_
 
 
 def test_the_plan_shows_each_shards_share_and_warns_where_row_groups_are_too_few(hub):
-    from bert_ds.training.data_plan import _hub_plan
+    from bert_ds.training.plan.data import _hub_plan
 
     wikipedia_mirror(hub, articles=640, files=2, row_group_size=10)  # 64 row groups
     [source] = parse_sources([WIKI])
@@ -206,7 +197,7 @@ def test_a_checkpoint_keeps_the_commit_it_read(hub):
 def test_pretraining_on_hub_sources_resumes_exactly(hub, tmp_path, monkeypatch):
     """Two ranks train on BookCorpus and Wikipedia as the hub serves them (each rank fetching its
     own row groups); resumed from the step-3 checkpoint, the losses continue bitwise."""
-    from tests.helpers import read_metrics, run_pretrain
+    from tests.support.helpers import read_metrics, run_pretrain
 
     monkeypatch.setenv("BERT_DS_HUB_MIRROR", str(hub))  # a plain folder: the jobs are other processes
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from bert_ds.config import model_preset, padded_vocab_size
-from tests.glue_fixtures import write_all_tasks
-from tests.helpers import REPO, run_entrypoint
-from tests.task_fixtures import write_conll, write_squad, write_swag
+from tests.support.glue_fixtures import write_all_tasks
+from tests.support.helpers import REPO, run_entrypoint
+from tests.support.task_fixtures import write_conll, write_squad, write_swag
 
 NODES = (1, 2, 4, 8, 16, 64)
 FINETUNE_NODES = (1, 2, 4, 8, 64)
@@ -36,7 +36,7 @@ PAPER = dict(global_batch_size=256, lr=1e-4, adam_beta1=0.9, adam_beta2=0.999, a
 def _large_checkpoint_marker(save_dir: Path, step: int, seq_length: int = 128, stop_at_step: int | None = 900_000) -> None:
     """A save folder as pre-training leaves it, without DeepSpeed's files (plans never open them):
     latest, the tag's complete.json with the model's shape, the run's tokenizer."""
-    from bert_ds.data.tokenizer import load_tokenizer
+    from bert_ds.data.tokenizer.load import load_tokenizer
 
     tag = save_dir / f"step{step:08d}"
     tag.mkdir(parents=True, exist_ok=True)
@@ -78,7 +78,7 @@ def _prepared_corpora(folder: Path, hub: Path) -> None:
     prepare command from a local mirror of the hub's Parquet files (real English: the sample's
     books one sentence per record, its Wikipedia articles one per record)."""
     from bert_ds.data.prepare.command import main as prepare_main
-    from tests.hub_fixtures import BOOKS_ID, BOOKS_REVISION, WIKI_CONFIG, WIKI_ID, write_hub_file
+    from tests.support.hub_fixtures import BOOKS_ID, BOOKS_REVISION, WIKI_CONFIG, WIKI_ID, write_hub_file
 
     sample = Path(REPO) / "bert_ds" / "data" / "sample"
     sentences = [line.strip() for book in sorted((sample / "books").glob("*.txt"))[:3]
@@ -310,7 +310,7 @@ def test_finetuning_bad_values_are_one_error_line(checkout, tmp_path):
 def test_world_size_comes_from_the_launchers_variables(checkout):
     """Without --world-size the plan reads what the real run would: torchrun's WORLD_SIZE, srun's
     step variables, or inside a batch script the job's SLURM_NTASKS."""
-    from bert_ds.training.plan import world_size_from_environment
+    from bert_ds.training.plan.resolve import world_size_from_environment
 
     assert world_size_from_environment({"RANK": "0", "WORLD_SIZE": "16"})[0] == 16
     assert world_size_from_environment({"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "64", "SLURM_NTASKS": "64"})[0] == 64

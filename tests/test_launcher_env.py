@@ -1,9 +1,9 @@
-"""Rank discovery from each launcher's environment variables (bert_ds.launcher.discover)."""
+"""Rank discovery from each launcher's environment variables (bert_ds.runtime.launcher.discover)."""
 
 import pytest
 
 from bert_ds.config import ConfigError
-from bert_ds.launcher import discover
+from bert_ds.runtime.launcher import discover
 
 
 def test_torchrun_and_deepspeed_variables():

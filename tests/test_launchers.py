@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, free_port, read_metrics, run_pretrain
+from tests.support.helpers import REPO, free_port, read_metrics, run_pretrain
 
 BIN = os.path.dirname(sys.executable)
 ARGS = ["--preset", "tiny", "--train-steps", "4", "--log-interval", "1"]

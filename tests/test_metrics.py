@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bert_ds.training.metrics import (
+from bert_ds.training.loop.metrics import (
     EVAL_KEYS,
     METRIC_KEYS,
     MetricsLogger,
@@ -244,7 +244,7 @@ def _eval_values(step, mlm_loss, nsp=True):
 def test_evaluation_lines_in_the_file_the_console_and_tensorboard(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from bert_ds.training.metrics import EVAL_KEYS
+    from bert_ds.training.loop.metrics import EVAL_KEYS
 
     console, path, tb_dir = io.StringIO(), tmp_path / "m.jsonl", tmp_path / "tb"
     logger = MetricsLogger(total_steps=100, metrics_file=str(path), tensorboard_dir=str(tb_dir), stream=console)

@@ -13,9 +13,9 @@ import pytest
 from bert_ds.config import ConfigError, DataConfig
 from bert_ds.finetune.args import FinetuneConfig, add_common_arguments, config_from_args
 from bert_ds.options import field_docs, flat, from_namespace, sections
-from bert_ds.training.args import RunConfig, _parser, parse_args
-from bert_ds.training.sections import OptimizerOptions, ParallelOptions, PlanOptions
-from tests.helpers import run_entrypoint
+from bert_ds.training.config.args import RunConfig, _parser, parse_args
+from bert_ds.training.config.sections import OptimizerOptions, ParallelOptions, PlanOptions
+from tests.support.helpers import run_entrypoint
 
 
 def _options(parser: argparse.ArgumentParser) -> dict:
@@ -64,7 +64,7 @@ def test_fine_tuning_reuses_pre_training_sections():
 def test_defaults_live_in_the_dataclasses_and_the_preset_table():
     """No option carries a default of its own: an empty command line is the dataclass defaults,
     with the preset's training values (TRAINING_DEFAULTS) where the field says `by preset`."""
-    from bert_ds.training.args import TRAINING_DEFAULTS
+    from bert_ds.training.config.args import TRAINING_DEFAULTS
 
     run = parse_args([])
     for name, section in sections(RunConfig).items():
@@ -134,7 +134,7 @@ def test_max_train_examples_reaches_the_fine_tuning_plan(tmp_path):
     """--max-train-examples caps the training features; the plan counts the steps it leaves."""
     import random
 
-    from tests.task_fixtures import write_sst2_plumbing
+    from tests.support.task_fixtures import write_sst2_plumbing
 
     write_sst2_plumbing(tmp_path / "glue", random.Random(0))  # 16 training rows
     common = ["--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--preset", "tiny", "--tokenizer", "bert-base-uncased",

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from bert_ds.config import model_preset
-from bert_ds.distributed import init_parallel
+from bert_ds.runtime.distributed import init_parallel
 from bert_ds.model import build_model
 from bert_ds.model.loss import pretraining_loss
 from bert_ds.model.sharding import gather_full_tensors
 from bert_ds.model.pipeline import full_to_pipeline_state_dict, pipeline_to_full_names
-from bert_ds.training.pipeline_loss import PretrainingLossFn, last_stage_metrics, pipeline_batch
-from tests.helpers import run_on_ranks, synthetic_batch
+from bert_ds.training.engine.pipeline_loss import PretrainingLossFn, last_stage_metrics, pipeline_batch
+from tests.support.helpers import run_on_ranks, synthetic_batch
 
 VOCAB, MICRO_BATCH = 128, 3
 

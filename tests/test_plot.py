@@ -8,7 +8,7 @@ import matplotlib.image
 import pytest
 
 from bert_ds.plot import default_labels, main, read_metrics
-from bert_ds.training.metrics import METRIC_KEYS
+from bert_ds.training.loop.metrics import METRIC_KEYS
 
 
 def train_line(step, mlm_loss, nsp=True):

@@ -1,4 +1,4 @@
-"""`--precision`: the choice (bert_ds/precision.py), its DeepSpeed config, and bf16 training end to end.
+"""`--precision`: the choice (bert_ds/runtime/precision.py), its DeepSpeed config, and bf16 training end to end.
 
 bf16 runs are real jobs (1 or 2 processes, gloo, tiny preset) under every layout the suite trains:
 ZeRO 0-3, TP with activation recomputation, PP; exact resume is bitwise as in fp32; a checkpoint
@@ -15,13 +15,13 @@ import sys
 import pytest
 import torch
 
-from bert_ds import precision
+from bert_ds.runtime import precision
 from bert_ds.config import ConfigError
-from bert_ds.precision import choose_precision
-from bert_ds.training.batch_plan import BatchPlan
-from bert_ds.training.ds_config import build_deepspeed_config
-from tests.glue_fixtures import write_sst2
-from tests.helpers import (REPO, TWO_RANK_LAYOUTS, needs_fast_bf16, read_metrics, run_entrypoint, run_pretrain,
+from bert_ds.runtime.precision import choose_precision
+from bert_ds.training.config.batch_plan import BatchPlan
+from bert_ds.training.engine.ds_config import build_deepspeed_config
+from tests.support.glue_fixtures import write_sst2
+from tests.support.helpers import (REPO, TWO_RANK_LAYOUTS, needs_fast_bf16, read_metrics, run_entrypoint, run_pretrain,
                            run_pretrain_together)
 
 

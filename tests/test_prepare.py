@@ -22,9 +22,9 @@ from bert_ds.data.hub import parquet as hub_parquet
 from bert_ds.data.prepare.command import main as prepare_main
 from bert_ds.data.sources import DataError, check_sources, parse_sources, source_epoch
 from bert_ds.data.stream import SourceReader
-from bert_ds.data.text import TextStats
-from tests.hub_fixtures import BOOKS_ID, BOOKS_REVISION, WIKI_CONFIG, WIKI_ID, article, bookcorpus_mirror, wikipedia_mirror
-from tests.test_hub_parquet import WordTokenizer
+from bert_ds.data.text.cleaning import TextStats
+from tests.support.hub_fixtures import BOOKS_ID, BOOKS_REVISION, WIKI_CONFIG, WIKI_ID, article, bookcorpus_mirror, wikipedia_mirror
+from tests.support.hub_fixtures import WordTokenizer
 
 PREPARE = [sys.executable, "-m", "bert_ds.data.prepare"]
 
@@ -212,8 +212,8 @@ def test_a_loader_shard_decodes_one_kth_of_a_prepared_corpus(tmp_path, monkeypat
 
 
 def test_the_plan_shows_words_epochs_and_the_mix_from_the_manifests(tmp_path, monkeypatch, sample_tokenizer):
-    from bert_ds.training.args import parse_args
-    from bert_ds.training.data_plan import plan_sources, words_ratio_note
+    from bert_ds.training.config.args import parse_args
+    from bert_ds.training.plan.data import plan_sources, words_ratio_note
 
     monkeypatch.setenv("BERT_DS_CACHE", str(tmp_path / "cache"))
     _jsonl(tmp_path / "books.jsonl", 100, sentences=20)

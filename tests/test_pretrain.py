@@ -5,8 +5,8 @@ import statistics
 
 import pytest
 
-from tests.golden import assert_golden
-from tests.helpers import TWO_RANK_LAYOUTS, assert_checkpoint_matches_estimate, read_metrics, run_pretrain
+from tests.support.golden import assert_golden
+from tests.support.helpers import TWO_RANK_LAYOUTS, assert_checkpoint_matches_estimate, read_metrics, run_pretrain
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def _falls(losses, points=0.3):
 @pytest.mark.parametrize("name", TWO_RANK_LAYOUTS)
 def test_two_rank_layouts_train(tmp_path, cache, name):
     """Every layout trains, and evaluates on the held-out articles (ZeRO 0-3, TP, PP); with
-    dropout on, its per-step losses and evaluations are the golden ones (tests/golden.py)."""
+    dropout on, its per-step losses and evaluations are the golden ones (tests/support/golden.py)."""
     metrics, _ = _train(tmp_path, cache, TWO_RANK_LAYOUTS[name] + ["--eval-interval", "15", "--eval-samples", "24"], nproc=2)
     assert [m["step"] for m in metrics] == list(range(1, 31))
     losses = [m["loss"] for m in metrics]
@@ -55,7 +55,7 @@ def test_two_rank_layouts_train(tmp_path, cache, name):
 
 def test_tp2_and_pp2_match_one_process(tmp_path, cache):
     """Without dropout TP and PP compute one process's losses; those and DP=2 ZeRO-2's (which
-    reads other shards of the data, so other batches) are golden too (tests/golden.py)."""
+    reads other shards of the data, so other batches) are golden too (tests/support/golden.py)."""
     common = ["--dropout", "0", "--global-batch-size", "8", "--micro-batch-size", "4"]
     single, _ = _train(tmp_path, cache, common, steps=4, name="single")
     assert_golden("pretrain-single-no-dropout", [m["loss"] for m in single])
@@ -138,7 +138,7 @@ def test_misconfiguration_is_one_clear_sentence(tmp_path, cache, extra, message)
 
 
 def test_missing_data_file_is_named(tmp_path, cache):
-    from bert_ds.training.tokenizer_setup import sample_tokenizer_dir
+    from bert_ds.training.plan.tokenizer import sample_tokenizer_dir
 
     tokenizer = str(Path(cache) / sample_tokenizer_dir().name / "tokenizer.model")  # trained by the fixture
     result = run_pretrain(
@@ -194,7 +194,7 @@ def test_signal_saves_at_the_step_boundary_and_exits(tmp_path, cache, name, code
     import sys
     import time
 
-    from tests.helpers import REPO
+    from tests.support.helpers import REPO
 
     save, metrics = tmp_path / "ckpt", tmp_path / "m.jsonl"
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}

@@ -1,4 +1,4 @@
-"""Local sources read by record number (bert_ds/data/record_index.py): the same records as the
+"""Local sources read by record number (bert_ds/data/records/index.py): the same records as the
 `datasets` readers, any range without reading what precedes it, and shards that read only their
 own chunks, resumable and re-divisible as before."""
 
@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from bert_ds.config import DataConfig
-from bert_ds.data import record_index
+from bert_ds.data.records import index as record_index
 from bert_ds.data.sources import DataError, DataSource, document_stream, epoch_files, source_epoch, parse_sources
 from bert_ds.data.stream import SourceReader
-from bert_ds.data.text import TextStats
+from bert_ds.data.text.cleaning import TextStats
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """Kills, damaged checkpoints, full disks and diverging losses: real 1-2 process jobs with faults
-injected at exact points (bert_ds/training/faults.py)."""
+injected at exact points (bert_ds/training/loop/faults.py)."""
 
 import os
 import random
@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from tests.helpers import read_metrics, run_pretrain
+from tests.support.helpers import read_metrics, run_pretrain
 
 TINY = ["--preset", "tiny", "--log-interval", "1", "--save-interval", "2"]
 
@@ -129,7 +129,7 @@ def test_a_build_lock_left_by_a_killed_job_does_not_hang_the_next(tmp_path, cach
     test's alone: another test's job (make test runs two workers) would clear a shared one first."""
     import shutil
 
-    from bert_ds.prebuild_ops import STALE_LOCK_S, clear_stale_locks, op_build_folders
+    from bert_ds.runtime.prebuild_ops import STALE_LOCK_S, clear_stale_locks, op_build_folders
 
     for built in op_build_folders():
         if built.is_dir():
@@ -164,7 +164,7 @@ def test_ops_are_always_checked_by_the_pinned_ninja(monkeypatch):
     import shutil
     import sys
 
-    from bert_ds.prebuild_ops import use_pinned_ninja
+    from bert_ds.runtime.prebuild_ops import use_pinned_ninja
 
     venv_bin = os.path.dirname(sys.executable)
     assert os.access(os.path.join(venv_bin, "ninja"), os.X_OK)  # installed from requirements.txt

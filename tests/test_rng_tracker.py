@@ -1,6 +1,6 @@
 import torch
 
-from bert_ds.distributed import RNGStatesTracker
+from bert_ds.runtime.distributed import RNGStatesTracker
 
 
 def test_fork_uses_its_own_stream_and_restores_the_default():

@@ -1,4 +1,4 @@
-"""The scaling estimate a GPU launch plan prints (bert_ds/training/scaling.py): bytes per rank per
+"""The scaling estimate a GPU launch plan prints (bert_ds/training/plan/scaling.py): bytes per rank per
 step by parallelism, which groups cross nodes, and the predicted step time."""
 
 import subprocess
@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from bert_ds.config import model_preset
-from bert_ds.training.scaling import Interconnect, comm_volume, estimate
-from tests.helpers import REPO
+from bert_ds.training.plan.scaling import Interconnect, comm_volume, estimate
+from tests.support.helpers import REPO
 
 LARGE = model_preset("large", vocab_size=30_592)
 H = LARGE.hidden_size

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from tests.helpers import REPO, read_metrics
-from tests.slurm_cluster import job_state, missing_requirements, single_node_cluster, wait_for_job, wait_until_ended
-from tests.task_fixtures import write_squad, write_sst2_plumbing, write_swag
+from tests.support.helpers import REPO, read_metrics
+from tests.support.slurm_cluster import job_state, missing_requirements, single_node_cluster, wait_for_job, wait_until_ended
+from tests.support.task_fixtures import write_squad, write_sst2_plumbing, write_swag
 
 _WHY_NOT = missing_requirements()
 pytestmark = pytest.mark.skipif(bool(_WHY_NOT), reason=_WHY_NOT or "runs")
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(bool(_WHY_NOT), reason=_WHY_NOT or "runs")
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    """A running slurmctld + slurmd (tests/slurm_cluster.py); yields the environment that points sbatch at them."""
+    """A running slurmctld + slurmd (tests/support/slurm_cluster.py); yields the environment that points sbatch at them."""
     yield from single_node_cluster(tmp_path_factory.mktemp("slurm"))
 
 

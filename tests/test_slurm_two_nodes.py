@@ -1,5 +1,5 @@
 """`sbatch --nodes=2 --ntasks-per-node=2 slurm/pretrain_large.sh` on a real two-node Slurm cluster
-(tests/slurm_cluster.py: each node a network namespace with its own address and hostname), then a
+(tests/support/slurm_cluster.py: each node a network namespace with its own address and hostname), then a
 node's tasks killed mid-run: the job ends at once, `latest` names a complete checkpoint, and the
 resubmitted job resumes from it with every step logged exactly once."""
 
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tests.helpers import REPO, read_metrics
-from tests.slurm_cluster import TwoNodeCluster, job_state, missing_requirements, wait_for_job, wait_until_ended
+from tests.support.helpers import REPO, read_metrics
+from tests.support.slurm_cluster import TwoNodeCluster, job_state, missing_requirements, wait_for_job, wait_until_ended
 
 
 def _namespaces_work() -> str:

@@ -1,4 +1,4 @@
-"""Sentence splitters (bert_ds/data/splitters.py): the default gets right what the regex gets
+"""Sentence splitters (bert_ds/data/text/splitters.py): the default gets right what the regex gets
 wrong, no splitter ever loses text, and a bad name is refused clearly."""
 
 import subprocess
@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bert_ds.config import ConfigError, DataConfig
-from bert_ds.data.splitters import DEFAULT_SPLITTER, SPLITTERS, get_splitter
-from bert_ds.data.text import TextStats, split_sentences
+from bert_ds.data.text.splitters import DEFAULT_SPLITTER, SPLITTERS, get_splitter
+from bert_ds.data.text.cleaning import TextStats, split_sentences
 
 # Paragraphs the punctuation regex splits wrongly (abbreviations, initials, a lower-case start),
-# with the sentences they hold. tests/bench/sentence_splitters.py has the full hard-case list.
+# with the sentences they hold. benchmarks/sentence_splitters.py has the full hard-case list.
 REGEX_FAILS = [
     ("Mr. Smith went to Washington. He arrived on Monday.",
      ["Mr. Smith went to Washington.", "He arrived on Monday."]),
@@ -109,7 +109,7 @@ def test_config_refuses_an_unknown_splitter():
 
 def test_the_library_is_imported_only_when_chosen():
     code = (
-        "import sys, bert_ds.config, bert_ds.data.splitters as s\n"
+        "import sys, bert_ds.config, bert_ds.data.text.splitters as s\n"
         "assert 'punkt' not in sys.modules\n"
         "s.get_splitter('regex'); assert 'punkt' not in sys.modules\n"
         "s.get_splitter('punkt'); assert 'punkt' in sys.modules\n"

@@ -8,9 +8,9 @@ import random
 import subprocess
 import sys
 
-from tests.glue_fixtures import write_all_tasks, write_sst2
-from tests.helpers import REPO
-from tests.task_fixtures import write_squad
+from tests.support.glue_fixtures import write_all_tasks, write_sst2
+from tests.support.helpers import REPO
+from tests.support.task_fixtures import write_squad
 
 
 def _experiment(args, cache):
@@ -22,7 +22,7 @@ def _experiment(args, cache):
 def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
     glue, squad, out = tmp_path / "glue", tmp_path / "squad", tmp_path / "table5"
     write_all_tasks(glue, n=16)
-    write_sst2(glue, random.Random(0))  # a cue a 2-layer model learns (tests/glue_fixtures.py)
+    write_sst2(glue, random.Random(0))  # a cue a 2-layer model learns (tests/support/glue_fixtures.py)
     write_squad(squad, random.Random(2))
     args = ["--output", str(out), "--glue-dir", str(glue), "--squad-dir", str(squad), "--scale", "smoke", "--restarts", "2", "--jobs", "2"]
     first = _experiment(args, shared_cache)
@@ -86,7 +86,7 @@ def test_paper_scale_pretrains_in_the_papers_two_phases(tmp_path):
     step 900k for the last 10% at 512 (one schedule). Both commands are valid pretrain.py options, a
     rerun never replays phase 1 over phase 2, and the budget counts both phases' tokens."""
     from bert_ds.experiments.table5 import SCALES, Experiment, parse_args
-    from bert_ds.training.args import parse_args as pretrain_args
+    from bert_ds.training.config.args import parse_args as pretrain_args
 
     experiment = Experiment(parse_args(["--output", str(tmp_path), "--glue-dir", "g", "--squad-dir", "s", "--scale", "paper"]))
     steps = []

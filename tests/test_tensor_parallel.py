@@ -5,11 +5,11 @@ import torch
 import torch.distributed as dist
 
 from bert_ds.config import model_preset
-from bert_ds.distributed import init_parallel
+from bert_ds.runtime.distributed import init_parallel
 from bert_ds.model import build_model
 from bert_ds.model.loss import pretraining_loss
 from bert_ds.model.sharding import gather_full_tensors, shard_full_state_dict
-from tests.helpers import run_on_ranks, synthetic_batch
+from tests.support.helpers import run_on_ranks, synthetic_batch
 
 VOCAB = 128
 

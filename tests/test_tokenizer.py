@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from bert_ds.data.tokenizer import (
+from bert_ds.data.tokenizer.load import (
     SPECIAL_TOKENS,
     SentencePieceTokenizer,
     TokenizerError,

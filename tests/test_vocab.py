@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from bert_ds.data.sources import parse_sources
-from bert_ds.data.tokenizer import SentencePieceTokenizer, TokenizerError, WordPieceTokenizer, load_tokenizer
-from bert_ds.data.vocab_check import UNK_WARNING_SHARE, sample_source
-from bert_ds.data.wordpiece import BUILTIN_VOCABS, VOCAB_DIR, infer_lowercase
-from tests.helpers import REPO
+from bert_ds.data.tokenizer.load import SentencePieceTokenizer, TokenizerError, WordPieceTokenizer, load_tokenizer
+from bert_ds.data.tokenizer.vocab_check import UNK_WARNING_SHARE, sample_source
+from bert_ds.data.tokenizer.wordpiece import BUILTIN_VOCABS, VOCAB_DIR, infer_lowercase
+from tests.support.helpers import REPO
 
 
 @pytest.fixture(params=sorted(BUILTIN_VOCABS))

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO
-from tests.test_resume_layouts import _assert_continues, _hf_logits, _run, _tag
+from tests.support.helpers import REPO
+from tests.support.layouts import _assert_continues, _hf_logits, _run, _tag
 
 ZERO3 = ["--zero-stage", "3", "--deepspeed-config", "zero3"]
 

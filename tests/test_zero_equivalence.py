@@ -2,13 +2,12 @@
 computes with the same global batch."""
 
 import contextlib
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from bert_ds.training.args import parse_args
-from tests.helpers import run_on_ranks, synthetic_batch
+from bert_ds.training.config.args import parse_args
+from tests.support.helpers import run_on_ranks, synthetic_batch
 
 VOCAB = 128
 MICRO = 4
@@ -22,7 +21,7 @@ def _full_weights(model, layout) -> dict:
     """Every parameter at full size: ZeRO-3 partitions gathered, TP slices concatenated."""
     import deepspeed
 
-    from bert_ds.partitioned import is_partitioned
+    from bert_ds.runtime.partitioned import is_partitioned
     from bert_ds.model.sharding import gather_full_tensors
 
     params = list(model.parameters())
@@ -36,7 +35,8 @@ def _full_weights(model, layout) -> dict:
 
 def _worker(rank, out_dir, world, zero_stage, tp):
     from bert_ds.training import job
-    from bert_ds.training.steps import plain_step, reduce_step_results
+    from bert_ds.training.plan.resolve import run_model_config
+    from bert_ds.training.loop.steps import plain_step, reduce_step_results
 
     run = parse_args([
         "--preset", "tiny", "--global-batch-size", str(2 * MICRO), "--micro-batch-size", str(MICRO),
@@ -44,7 +44,8 @@ def _worker(rank, out_dir, world, zero_stage, tp):
         "--tensor-parallel", str(tp),
     ])
     # The engine's own setup; a vocabulary of 128 needs no padding, so no tokenizer is needed.
-    model_config, layout = job.setup_parallel(run, SimpleNamespace(vocab_size=VOCAB))
+    model_config = run_model_config(run, VOCAB)
+    layout = job.setup_parallel(run, model_config)
     engine, model, _ = job.setup_engine(run, model_config, layout)
     if zero_stage == 3:  # built partitioned: the embedding matrix (over the persistence threshold) is split
         assert model.bert.embeddings.word_embeddings.weight.numel() == 0

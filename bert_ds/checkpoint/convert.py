@@ -153,7 +153,7 @@ def zero_to_portable(checkpoint_dir: str, out: str, optimizer: bool = False) -> 
     """Write the portable form of a ZeRO checkpoint: weights (the fp32 masters), and with
     `optimizer` also the Adam moments and everything a resume needs (step, LR schedule, the data
     stream's position on every old DP rank). Returns `out`."""
-    from bert_ds.data.tokenizer import load_tokenizer
+    from bert_ds.data.tokenizer.load import load_tokenizer
 
     tag_dir = resolve_tag_dir(checkpoint_dir)
     full, adam_step, records = read_full_state(tag_dir, with_moments=optimizer)

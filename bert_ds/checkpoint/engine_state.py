@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from bert_ds.checkpoint.zero import CheckpointError
-from bert_ds.partitioned import local_partition, writable
+from bert_ds.runtime.partitioned import local_partition, writable
 
 
 def model_param_groups(engine) -> list[list]:

@@ -24,12 +24,12 @@ from types import SimpleNamespace
 from typing import Optional
 
 
-from bert_ds.checkpoint.hf_weights import HEADS, TIED, bert_ds_names, bert_ds_to_hf
+from bert_ds.checkpoint.hf_weights import HEADS, TIED, bert_ds_names, bert_ds_to_hf, hf_config
 from bert_ds.checkpoint.portable import PortableCheckpoint, is_portable, open_portable
 from bert_ds.checkpoint.portable_load import VOCAB_ROWS
 from bert_ds.checkpoint.zero import CheckpointError
 from bert_ds.config import ModelConfig
-from bert_ds.data.tokenizer import BertTokenizer, WordPieceTokenizer, load_tokenizer
+from bert_ds.data.tokenizer.load import BertTokenizer, WordPieceTokenizer, load_tokenizer
 
 TASKS = {  # manifest task kind -> (HF class, heads, rows of the head's weight or None = num_labels)
     "sequence_classification": ("BertForSequenceClassification", ("pooler", "classifier"), None),
@@ -96,29 +96,6 @@ def export_hf_path(checkpoint: str | os.PathLike, out: str | os.PathLike, notes:
     with tempfile.TemporaryDirectory(prefix="bert_ds-export-") as scratch:
         portable = zero_to_portable(str(checkpoint), str(Path(scratch) / "portable"), optimizer=False)
         return export_hf(open_portable(portable), out, notes)
-
-
-def hf_config(config: ModelConfig, architecture: str, pad_token_id: int, **task_fields):
-    """The transformers BertConfig of `config` (its inverse is hf_weights.model_config_from_hf)."""
-    from transformers import BertConfig
-
-    return BertConfig(
-        architectures=[architecture],
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_attention_heads,
-        intermediate_size=config.ffn_hidden_size,
-        hidden_act="gelu",  # exact (erf) GELU, what bert_ds computes
-        hidden_dropout_prob=config.hidden_dropout,
-        attention_probs_dropout_prob=config.attention_dropout,
-        max_position_embeddings=config.max_position_embeddings,
-        type_vocab_size=config.type_vocab_size,
-        initializer_range=config.init_method_std,
-        layer_norm_eps=config.layernorm_epsilon,
-        pad_token_id=pad_token_id,
-        **task_fields,
-    )
 
 
 def _architecture(task, ours: dict, config: ModelConfig, manifest_file: Path) -> tuple[str, tuple, dict]:

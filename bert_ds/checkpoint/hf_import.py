@@ -25,7 +25,7 @@ from bert_ds.checkpoint.hf_weights import (
 from bert_ds.checkpoint.portable import write_portable
 from bert_ds.checkpoint.zero import CheckpointError
 from bert_ds.config import ModelConfig
-from bert_ds.data.tokenizer import WordPieceTokenizer
+from bert_ds.data.tokenizer.load import WordPieceTokenizer
 from bert_ds.model.init import initial_full_tensor
 
 ARCHITECTURES = {  # HF class -> the heads its checkpoints always carry

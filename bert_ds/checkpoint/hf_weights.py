@@ -153,17 +153,37 @@ def bert_ds_to_hf(
     return hf
 
 
+HF_CONFIG_FIELDS = (
+    # (ModelConfig field, transformers BertConfig field): the one mapping, read both ways.
+    ("num_layers", "num_hidden_layers"),
+    ("hidden_size", "hidden_size"),
+    ("num_attention_heads", "num_attention_heads"),
+    ("vocab_size", "vocab_size"),
+    ("max_position_embeddings", "max_position_embeddings"),
+    ("type_vocab_size", "type_vocab_size"),
+    ("hidden_dropout", "hidden_dropout_prob"),
+    ("attention_dropout", "attention_probs_dropout_prob"),
+    ("layernorm_epsilon", "layer_norm_eps"),
+    ("init_method_std", "initializer_range"),
+)
+"""What BertConfig adds is fixed by bert_ds's model: intermediate_size = 4 x hidden (ModelConfig's
+ffn_hidden_size) and hidden_act "gelu" (exact erf GELU); hf_import.read_hf_config refuses others."""
+
+
 def model_config_from_hf(hf_config, **overrides) -> ModelConfig:
     """The ModelConfig matching a transformers BertConfig."""
-    return ModelConfig(
-        num_layers=hf_config.num_hidden_layers,
-        hidden_size=hf_config.hidden_size,
-        num_attention_heads=hf_config.num_attention_heads,
-        vocab_size=hf_config.vocab_size,
-        max_position_embeddings=hf_config.max_position_embeddings,
-        type_vocab_size=hf_config.type_vocab_size,
-        hidden_dropout=hf_config.hidden_dropout_prob,
-        attention_dropout=hf_config.attention_probs_dropout_prob,
-        layernorm_epsilon=hf_config.layer_norm_eps,
-        init_method_std=hf_config.initializer_range,
-    ).replace(**overrides)
+    return ModelConfig(**{ours: getattr(hf_config, theirs) for ours, theirs in HF_CONFIG_FIELDS}).replace(**overrides)
+
+
+def hf_config(config: ModelConfig, architecture: str, pad_token_id: int, **task_fields):
+    """The transformers BertConfig of `config` (the inverse of `model_config_from_hf`)."""
+    from transformers import BertConfig
+
+    return BertConfig(
+        architectures=[architecture],
+        intermediate_size=config.ffn_hidden_size,
+        hidden_act="gelu",  # exact (erf) GELU, what bert_ds computes
+        pad_token_id=pad_token_id,
+        **{theirs: getattr(config, ours) for ours, theirs in HF_CONFIG_FIELDS},
+        **task_fields,
+    )

@@ -15,7 +15,7 @@ import torch
 
 from bert_ds.checkpoint.portable import MOMENTS, OPTIMIZER, WEIGHTS, PortableCheckpoint, moment_key
 from bert_ds.checkpoint.zero import CheckpointError
-from bert_ds.partitioned import full_shape, writable
+from bert_ds.runtime.partitioned import full_shape, writable
 
 # Full names whose first dimension is the vocabulary (padded in the model).
 VOCAB_ROWS = ("bert.embeddings.word_embeddings.weight", "lm_head.decoder.bias")

@@ -19,7 +19,7 @@ from bert_ds.checkpoint.engine_state import model_param_groups, set_engine_state
 from bert_ds.checkpoint.portable import PortableCheckpoint, is_portable, open_portable
 from bert_ds.checkpoint.portable_load import partition_dim, read_model_slices
 from bert_ds.checkpoint.zero import CheckpointError
-from bert_ds.partitioned import full_shape
+from bert_ds.runtime.partitioned import full_shape
 
 PORTABLE_SUBDIR = "portable"
 
@@ -76,11 +76,11 @@ def _optimizer_order(engine, model, names: dict) -> Optional[list[list[str]]]:
 def save(trainer, best: Optional[dict] = None, hooks=None) -> Path:
     """Collective: a complete checkpoint of the trainer's current step under run.checkpoint.save.
 
-    `trainer`: training/trainer.py's Trainer, or any object with its run, engine, model, loader,
+    `trainer`: training/loop/trainer.py's Trainer, or any object with its run, engine, model, loader,
     layout, model_config, precision (the PrecisionChoice, recorded with its reason) and state.
     `best` (held-out metrics) names it the best evaluated one (--keep-best); `hooks`:
     zero.SaveHooks (fault injection in tests)."""
-    from bert_ds.distributed import rng_state_dict
+    from bert_ds.runtime.distributed import rng_state_dict
 
     run, engine, model, layout, precision = trainer.run, trainer.engine, trainer.model, trainer.layout, trainer.precision
     progress = trainer.state.progress()
@@ -112,7 +112,7 @@ def resume(trainer) -> Resumed:
     """Restore the trainer's engine, loader and RNG streams from --load (or --save with
     --auto-resume): a ZeRO checkpoint of any layout, or a portable folder (weights only, e.g. an
     imported Hugging Face model: training starts at step 0). `trainer` as for `save`."""
-    from bert_ds.distributed import load_rng_state_dict
+    from bert_ds.runtime.distributed import load_rng_state_dict
 
     run, engine, loader, layout = trainer.run, trainer.engine, trainer.loader, trainer.layout
 
@@ -201,7 +201,7 @@ def _check_model_config(checkpoint: PortableCheckpoint, model_config) -> None:
 
 
 def _resume_portable(trainer, checkpoint: PortableCheckpoint) -> Resumed:
-    from bert_ds.distributed import reseed
+    from bert_ds.runtime.distributed import reseed
 
     run, engine, model, layout = trainer.run, trainer.engine, trainer.model, trainer.layout
     _check_model_config(checkpoint, trainer.model_config)

@@ -55,7 +55,7 @@ def complete_tags(save_dir: Path) -> list[str]:
 
 
 class SaveHooks:
-    """Points inside `save` where a test injects a failure (training/faults.py provides the same
+    """Points inside `save` where a test injects a failure (training/loop/faults.py provides the same
     two functions from BERT_DS_FAULTS); a real run passes nothing and gets these no-ops."""
 
     @staticmethod

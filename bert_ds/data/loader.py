@@ -24,7 +24,7 @@ from bert_ds.config import DataConfig
 from bert_ds.data.masking import SpecialIds, collate
 from bert_ds.data.sources import DataError, DataSource, check_sources
 from bert_ds.data.stream import ExampleStream
-from bert_ds.data.text import TextStats
+from bert_ds.data.text.cleaning import TextStats
 
 STATE_VERSION = 2
 

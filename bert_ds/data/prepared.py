@@ -76,7 +76,7 @@ def verify_shards(source_name: str, folder: str) -> None:
     """Every shard's size and sha256 against the manifest (the hash computed once per file
     version, then cached). It stands in for the footer checks of other Parquet sources: a
     changed byte anywhere, footer included, fails here."""
-    from bert_ds.data.record_index import index_files
+    from bert_ds.data.records.index import index_files
 
     shards = _shards(source_name, folder)
     hashes = index_files(source_name, [path for path, _ in shards], "sha256", lambda path: dict(sha256=file_sha256(path)))

@@ -22,7 +22,7 @@ import json
 from typing import Optional
 
 from bert_ds.data.stream import BEYOND
-from bert_ds.data.text import TextStats
+from bert_ds.data.text.cleaning import TextStats
 
 
 def initial_reader_state(shard_index: int, num_shards: int) -> dict:

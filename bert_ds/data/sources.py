@@ -1,5 +1,5 @@
 """Corpus sources: their specs, their files, and their records (local files through
-data/record_index.py; hub datasets through `datasets` streaming).
+data/records/index.py; hub datasets through `datasets` streaming).
 
 A source is written `[NAME=]LOCATION[@WEIGHT][#LAYOUT]`:
 - LOCATION is a local file, directory or glob of `.txt` (one document per file, or per blank-line
@@ -9,7 +9,7 @@ A source is written `[NAME=]LOCATION[@WEIGHT][#LAYOUT]`:
   row group from its Parquet files (data/hub/parquet.py), else streamed by `datasets`;
 - WEIGHT is the source's share of the training tokens (normalised; default 1), or `words`: a
   prepared folder's word count, so that sources mix as their sizes do (the paper's corpora);
-- LAYOUT says how records become documents (data/layouts.py: book, article, sentences[:N], lines;
+- LAYOUT says how records become documents (data/text/layouts.py: book, article, sentences[:N], lines;
   default from the source's kind, e.g. `sentences:256` for the hub's BookCorpus);
 - `sample` names the built-in sample corpus: its books and Wikipedia parts in the paper's
   800M : 2,500M words ratio.
@@ -51,7 +51,7 @@ class DataSource:
     weight: float = 1.0
     """Relative share of documents drawn from this source."""
     layout: str = ""
-    """The spec's `#LAYOUT` (data/layouts.py); empty: the default for the source's kind."""
+    """The spec's `#LAYOUT` (data/text/layouts.py); empty: the default for the source's kind."""
 
     @property
     def is_hub(self) -> bool:
@@ -143,7 +143,7 @@ def _weight(spec: str, name: str, location: str, text: str) -> float:
 
 
 def _parse_layout_of(spec: str, layout: str):
-    from bert_ds.data.layouts import LayoutError, parse_layout
+    from bert_ds.data.text.layouts import LayoutError, parse_layout
 
     try:
         return parse_layout(layout)
@@ -154,7 +154,7 @@ def _parse_layout_of(spec: str, layout: str):
 def record_layout(source: DataSource, files: Optional[list[str]] = None):
     """The source's RecordLayout: its spec's `#LAYOUT`, else the default for its kind (local
     sources: by their files' format; `files` when the caller has listed them already)."""
-    from bert_ds.data.layouts import default_layout
+    from bert_ds.data.text.layouts import default_layout
 
     if source.layout:
         return _parse_layout_of(source.location, source.layout)
@@ -209,7 +209,7 @@ def local_files(source: DataSource) -> list[str]:
     if len({_FORMATS[suffix] for suffix in suffixes}) > 1:
         raise DataError(f"Data source {source.name!r} mixes file types {sorted(suffixes)}; split it in two.")
     if _FORMATS[suffixes.pop()] == "parquet" and not source.is_prepared:  # prepared: sha256 in check_sources
-        from bert_ds.data.parquet_records import check_parquet_footers
+        from bert_ds.data.records.parquet import check_parquet_footers
 
         check_parquet_footers(source.name, files)
     return files
@@ -218,7 +218,7 @@ def local_files(source: DataSource) -> list[str]:
 def check_sources(sources: list[DataSource], txt_documents: str = "file") -> None:
     """Check every local source's files now, so a bad path or record fails at start-up, not mid-run
     in a worker: files exist and are readable, Parquet footers have a string `text` column with no
-    nulls, and every JSON record is an object with a string `text` (data/json_records.py). JSON
+    nulls, and every JSON record is an object with a string `text` (data/records/json_lines.py). JSON
     files and .txt files of blank-line-separated documents get their record indexes built here
     (once per file, then cached), by the processes starting together at once."""
     for source in sources:
@@ -235,12 +235,12 @@ def check_sources(sources: list[DataSource], txt_documents: str = "file") -> Non
             verify_shards(source.name, source.location)
         kind = _FORMATS[Path(files[0]).suffix]
         if kind == "json":
-            from bert_ds.data.json_records import check_json_files
+            from bert_ds.data.records.json_lines import check_json_files
 
             if check_json_files(source.name, files) == 0:
                 raise DataError(f"Data source {source.name!r}: its files hold no JSON record: {source.location}")
         elif kind == "text" and blank_line_documents(source, files, txt_documents):
-            from bert_ds.data.record_index import index_paragraph_files
+            from bert_ds.data.records.index import index_paragraph_files
 
             index_paragraph_files(source.name, files)
         _CHECKED_SOURCES.add(key)
@@ -290,10 +290,10 @@ def streams_whole(source: DataSource) -> bool:
 
 def source_epoch(source: DataSource, seed: int, epoch: int, txt_documents: str = "file", opened: Optional[dict] = None,
                  commit: Optional[str] = None):
-    """One epoch of a local or hub-Parquet source as data/record_index.py's EpochRecords (record
+    """One epoch of a local or hub-Parquet source as data/records/index.py's EpochRecords (record
     r found without reading the ones before it). `opened` keeps each file's reader between
     epochs; `commit` pins a hub source (a resumed run's)."""
-    from bert_ds.data.record_index import EpochRecords
+    from bert_ds.data.records.index import EpochRecords
 
     opened = {} if opened is None else opened
     group = record_layout(source).group
@@ -315,18 +315,18 @@ def source_epoch(source: DataSource, seed: int, epoch: int, txt_documents: str =
 
 
 def file_records(source_name: str, path: str, group: int, blank_line_documents: bool, whole_row_groups: bool = False):
-    """The reader of one local file (data/record_index.py's FileRecords) for its format; a
+    """The reader of one local file (data/records/index.py's FileRecords) for its format; a
     Parquet file with `whole_row_groups` (a prepared shard) makes each row group one chunk."""
     suffix = Path(path).suffix
     if suffix == ".parquet":
-        from bert_ds.data.parquet_records import local_parquet_records
+        from bert_ds.data.records.parquet import local_parquet_records
 
         return local_parquet_records(source_name, path, group, whole_row_groups)
     if suffix in (".jsonl", ".json"):
-        from bert_ds.data.json_records import JsonLinesRecords
+        from bert_ds.data.records.json_lines import JsonLinesRecords
 
         return JsonLinesRecords(source_name, path, group)
-    from bert_ds.data.record_index import ParagraphRecords, TextFileRecords
+    from bert_ds.data.records.index import ParagraphRecords, TextFileRecords
 
     return (ParagraphRecords if blank_line_documents else TextFileRecords)(source_name, path, group)
 
@@ -365,7 +365,7 @@ def record_text(record: dict, source: DataSource, position: int) -> str:
 
 def iter_document_texts(specs: list[str] | None, max_documents: Optional[int] = None, seed: int = 0) -> Iterator[str]:
     """Cleaned document texts of the given sources (all of them, mixed), e.g. for tokenizer training."""
-    from bert_ds.data.text import TextStats, clean_document
+    from bert_ds.data.text.cleaning import TextStats, clean_document
 
     stats, produced = TextStats(), 0
     sources = parse_sources(specs)

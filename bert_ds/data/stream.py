@@ -9,7 +9,7 @@ started, and how many of the block's examples were already handed out. Resuming 
 block and continues with the next unseen example.
 
 Shards split every source by chunks of records (chunk j of an epoch belongs to shard j mod
-num_shards; data/record_index.py says what a chunk is), so a shard reads only its own chunks of a
+num_shards; data/records/index.py says what a chunk is), so a shard reads only its own chunks of a
 local source, and a position means the same for any number of shards: data/reshard.py re-divides
 a stream's state among a new number of shards (another DP size or worker count).
 """
@@ -28,7 +28,7 @@ from bert_ds.data.pairs import Document, Example, build_examples
 from bert_ds.data.sources import (
     DataError, DataSource, hub_parquet, load_source, record_layout, record_text, source_epoch, streams_whole,
 )
-from bert_ds.data.text import TextStats, clean_document, split_sentences
+from bert_ds.data.text.cleaning import TextStats, clean_document, split_sentences
 
 # A block also ends when it holds this many tokens, bounding memory when documents are books.
 BLOCK_TOKEN_LIMIT = 2_000_000
@@ -42,11 +42,11 @@ class SourceReader:
     """Tokenized documents of one source for one shard, looping over epochs.
 
     The source's records are read in units of its layout's group (one record, or N consecutive
-    one-sentence records: data/layouts.py); "unit u" below and every counter in the state mean
+    one-sentence records: data/text/layouts.py); "unit u" below and every counter in the state mean
     unit u of the epoch. Units are owned by shards through their chunk (`ownership`):
 
     - "chunks" (local sources and hub Parquet files): unit u belongs to the chunk holding its first
-      record (data/record_index.py) and chunk j to shard j % num_shards, so a shard seeks from one
+      record (data/records/index.py) and chunk j to shard j % num_shards, so a shard seeks from one
       of its chunks to the next and never reads the others';
     - "records" (hub sources streamed by `datasets`, which are one stream read from its start; and
       the data state of a checkpoint written before chunks existed): unit u belongs to shard

@@ -142,8 +142,8 @@ class Experiment:
     def check_data(self) -> None:
         """Every fine-tuning file read as its task reads it, before hours of pre-training: a missing
         folder or file, a malformed row, or SQuAD 2.0 data is one error naming the file."""
-        from bert_ds.finetune.glue_data import load_glue
-        from bert_ds.finetune.squad_data import load_squad
+        from bert_ds.finetune.data.glue import load_glue
+        from bert_ds.finetune.data.squad import load_squad
 
         for name, path in (("--glue-dir", self.args.glue_dir), ("--squad-dir", self.args.squad_dir)):
             if not Path(path).is_dir():

@@ -1,8 +1,4 @@
-"""Fine-tuning on GLUE, SQuAD, SWAG and CoNLL-2003 NER: task table, dataset readers, features, metrics.
-
-`tasks` describes each GLUE task and holds the error/report types every reader shares;
-`glue_data`, `squad_data`, `swag_data` and `conll_data` turn the official files (or their hub
-copies) into examples; `squad_features` cuts SQuAD examples into BERT's windows and maps logits
-back to answer text, `ner_features` labels each word's first sub-token and reads tags back;
-`metrics` implements the official scores.
-"""
+"""Fine-tuning: one file per task (glue.py, squad.py, swag.py, ner.py: each a `FinetuneTask` of
+task.py and its entrypoint), the shared core (core.py: model, engine, epochs, grid and restarts),
+options (args.py), plan (plan.py), starting point (starting_point.py), batches, metrics and
+outputs; the task data readers and features are in data/."""

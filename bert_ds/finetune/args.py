@@ -15,7 +15,7 @@ from typing import Optional
 
 from bert_ds.config import PRESETS, ConfigError, valid_seed, validate_layout
 from bert_ds.options import add_options, from_namespace, option, sections
-from bert_ds.training.sections import (
+from bert_ds.training.config.sections import (
     OptimizerOptions, ParallelOptions, PlanOptions, at_least, dropout_problems, flag, micro_batch_size, positive_finite,
 )
 
@@ -84,7 +84,7 @@ class RecipeOptions(OptimizerOptions):
     """Global batch size (micro batch x DP x accumulation)."""
     micro_batch_size: Optional[int] = field(default=None, metadata=option(parse=micro_batch_size))
     """Per-rank micro batch, or auto: the largest that divides the per-rank batch up to the model's
-    ceiling (training/batch_plan.py; default auto)."""
+    ceiling (training/config/batch_plan.py; default auto)."""
     lr: float = 2e-5
     """Peak learning rate."""
     epochs: int = 3
@@ -161,7 +161,7 @@ class OutputOptions:
 @dataclass
 class FinetuneConfig:
     """One fine-tuning job (every run of its grid and restarts) as a tree of sections; parallel,
-    the optimizer in recipe, and plan are pre-training's sections (training/sections.py). Each
+    the optimizer in recipe, and plan are pre-training's sections (training/config/sections.py). Each
     leaf field is one command-line option of the fine-tuning entrypoints (bert_ds/options.py)."""
 
     start: StartOptions
@@ -221,9 +221,9 @@ class RunSettings:
 
 
 def batch_plan(job: FinetuneConfig, settings: RunSettings, data_parallel: int, model_config, sequences_per_example: int = 1):
-    """The BatchPlan of one run (training/batch_plan.py): --micro-batch-size, or `auto` up to the
+    """The BatchPlan of one run (training/config/batch_plan.py): --micro-batch-size, or `auto` up to the
     model's ceiling at --max-seq-length (a multiple-choice example is one sequence per choice)."""
-    from bert_ds.training.batch_plan import micro_batch_ceiling, plan_batches
+    from bert_ds.training.config.batch_plan import micro_batch_ceiling, plan_batches
 
     ceiling = max(1, micro_batch_ceiling(model_config, job.recipe.max_seq_length) // sequences_per_example)
     return plan_batches(settings.batch_size, job.recipe.micro_batch_size, data_parallel, ceiling, option="--batch-size")

@@ -66,9 +66,10 @@ def build_model(start, task: TaskData, layout, seed: int, bilstm: bool = False, 
     BiLSTM under it) drawn from `seed`; built partitioned when `deepspeed_config` enables ZeRO-3."""
     from bert_ds.checkpoint.portable_load import load_portable_weights
     from bert_ds.model import build_model as build_layout_model
+    from bert_ds.training.engine.build import model_construction
 
     model = build_layout_model(start.model_config, layout, task.kind, num_labels=task.num_labels, seed=seed, bilstm=bilstm,
-                               deepspeed_config=deepspeed_config)
+                               construction=model_construction(deepspeed_config, layout))
     if start.checkpoint is not None:
         load_portable_weights(
             model, start.checkpoint, layout.tp_rank, layout.tensor_parallel,
@@ -84,8 +85,8 @@ def sequences_per_example(task: TaskData) -> int:
 
 def _model_and_engine(job: FinetuneConfig, settings: RunSettings, start, task: TaskData, layout, total_steps: int):
     """The model for this run and its DeepSpeed engine, with the batch plan and the config's notes."""
-    from bert_ds.host_memory import tune_malloc_for_partitioning
-    from bert_ds.training.engine import build_engine
+    from bert_ds.runtime.host_memory import tune_malloc_for_partitioning
+    from bert_ds.training.engine.build import build_engine
 
     plan = batch_plan(job, settings, layout.data_parallel, start.model_config, sequences_per_example(task))
     deepspeed_setup = job.parallel.deepspeed_setup(plan, layout.device.type, job.recipe.clip_grad)
@@ -152,7 +153,7 @@ def run_once(job: FinetuneConfig, task: TaskData, start, layout, settings: RunSe
     """Train one setting with one seed; evaluate after every epoch."""
     from tqdm import tqdm
 
-    from bert_ds.distributed import reseed
+    from bert_ds.runtime.distributed import reseed
 
     reseed(layout, settings.seed, 0)  # dropout streams of this run
     steps = math.ceil(len(task.train) / settings.batch_size)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bert_ds.finetune.tasks import GLUE_TASKS, FinetuneDataError, eval_name, get_task
+from bert_ds.finetune.data.tasks import GLUE_TASKS, FinetuneDataError, eval_name, get_task
+from bert_ds.finetune.task import FinetuneTask, folder_or_hub
 
 DEFAULT_SEQ_LENGTH = 128
 SMALL_TASKS = ("cola", "stsb", "mrpc", "rte")
@@ -32,15 +33,11 @@ def add_arguments(parser) -> None:
 
 
 def _data_spec(args) -> str:
-    if args.dataset:
-        return f"hf:{args.dataset}"
-    if args.data_dir:
-        return args.data_dir
-    raise FinetuneDataError("Give --data-dir (a glue_data folder) or --dataset (e.g. nyu-mll/glue).")
+    return folder_or_hub(args, "a glue_data folder", "e.g. nyu-mll/glue")
 
 
 def _test_available(task, data: str) -> bool:
-    from bert_ds.finetune.glue_data import glue_file
+    from bert_ds.finetune.data.glue import glue_file
 
     if data.startswith("hf:"):
         return True
@@ -55,7 +52,7 @@ def build_task(task_name: str, data: str, tokenizer, max_length: int, say=print)
     """TaskData for one GLUE task: features, scoring, prediction files."""
     from bert_ds.finetune.batches import pair_feature
     from bert_ds.finetune.core import TaskData
-    from bert_ds.finetune.glue_data import load_glue
+    from bert_ds.finetune.data.glue import load_glue
     from bert_ds.finetune.metrics import glue_metrics
 
     task = get_task(task_name)
@@ -124,61 +121,46 @@ def task_restarts(args, name: str) -> int | None:
     return args.small_task_restarts if name in SMALL_TASKS else None
 
 
-def plan_data(args, job) -> list:
-    """The dry run's view of the data: every task's local files read and checked as the job reads them."""
-    from bert_ds.finetune.glue_data import load_glue
+def plan_task(args, name: str):
+    """The dry run's view of one task's data: its local files read and checked as the job reads them."""
+    from bert_ds.finetune.data.glue import load_glue
     from bert_ds.finetune.plan import TaskPlan
 
-    data, plans = _data_spec(args), []
-    for name in task_names(args):
-        task = get_task(name)
-        outputs = 1 if task.is_regression else len(task.labels)
-        if data.startswith("hf:"):
-            plans.append(TaskPlan(task.name, "classification", outputs, None, f"{data}: hub dataset, read at start",
-                                  restarts=task_restarts(args, name)))
-            continue
-        splits = ("train",) + task.dev_splits + (task.test_splits if _test_available(task, data) else ())
-        reports = [load_glue(task, split, data)[1] for split in splits]
-        plans.append(TaskPlan(task.name, "classification", outputs, reports[0].rows,
-                              "\n".join(r.summary() for r in reports), restarts=task_restarts(args, name)))
-    return plans
+    data, task = _data_spec(args), get_task(name)
+    outputs = 1 if task.is_regression else len(task.labels)
+    if data.startswith("hf:"):
+        return TaskPlan(task.name, "classification", outputs, None, f"{data}: hub dataset, read at start")
+    splits = ("train",) + task.dev_splits + (task.test_splits if _test_available(task, data) else ())
+    reports = [load_glue(task, split, data)[1] for split in splits]
+    return TaskPlan(task.name, "classification", outputs, reports[0].rows, "\n".join(r.summary() for r in reports))
 
 
-def run_tasks(args, job, start, layout) -> dict:
-    import dataclasses
-
-    from bert_ds.finetune.core import run_job
+def write_glue_average(job, summaries: dict) -> None:
+    """OUTPUT/results.json with the GLUE average without WNLI (the paper's Table 1 convention)."""
     from bert_ds.finetune.metrics import glue_average
     from bert_ds.finetune.outputs import RESULTS, write_json
 
-    data = _data_spec(args)
-    names = task_names(args)
-    summaries = {}
-    for name in names:
-        task_job = job.with_restarts(task_restarts(args, name) or job.grid.restarts)
-        if len(names) > 1:
-            task_job = dataclasses.replace(task_job, start=dataclasses.replace(job.start, output=str(Path(job.start.output) / name)))
-        Path(task_job.start.output).mkdir(parents=True, exist_ok=True)
-        task = build_task(name, data, start.tokenizer, job.recipe.max_seq_length, say=layout.say)
-        summaries[name] = run_job(task_job, task, start, layout)
-    if len(names) > 1 and layout.rank == 0:
-        per_task = {}
-        for name, summary in summaries.items():
-            task = get_task(name)
-            per_task[eval_name(task, task.dev_splits[0])] = {k: v for k, v in summary["metrics"].items() if "_" not in k}
-            if name == "mnli":
-                per_task["mnli-mm"] = {k.split("_", 1)[1]: v for k, v in summary["metrics"].items() if k.startswith("mnli-mm_")}
-        average = glue_average(per_task)
-        write_json(Path(job.start.output) / RESULTS, dict(task="glue", metrics=dict(glue_average=average), tasks=summaries))
-        print(f"GLUE average (without WNLI): {average:.4f}", flush=True)
-    return summaries
+    per_task = {}
+    for name, summary in summaries.items():
+        task = get_task(name)
+        per_task[eval_name(task, task.dev_splits[0])] = {k: v for k, v in summary["metrics"].items() if "_" not in k}
+        if name == "mnli":
+            per_task["mnli-mm"] = {k.split("_", 1)[1]: v for k, v in summary["metrics"].items() if k.startswith("mnli-mm_")}
+    average = glue_average(per_task)
+    write_json(Path(job.start.output) / RESULTS, dict(task="glue", metrics=dict(glue_average=average), tasks=summaries))
+    print(f"GLUE average (without WNLI): {average:.4f}", flush=True)
+
+
+TASK = FinetuneTask(
+    script="bert_ds/finetune/glue.py", description="Fine-tune BERT on a GLUE task.", default_seq_length=DEFAULT_SEQ_LENGTH,
+    add_arguments=add_arguments, task_names=task_names, restarts=task_restarts, summarize=write_glue_average,
+    build=lambda args, name, tokenizer, max_length, say: build_task(name, _data_spec(args), tokenizer, max_length, say),
+    plan=plan_task,
+)
 
 
 def main(argv=None) -> int:
-    from bert_ds.finetune.entrypoint import main as entry
-
-    return entry(argv, "bert_ds/finetune/glue.py", "Fine-tune BERT on a GLUE task.", add_arguments, run_tasks,
-                 DEFAULT_SEQ_LENGTH, plan_data)
+    return TASK.main(argv)
 
 
 if __name__ == "__main__":

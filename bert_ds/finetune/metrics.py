@@ -31,7 +31,7 @@ import numpy as np
 import scipy.stats
 import sklearn.metrics
 
-from bert_ds.finetune.tasks import GLUE_TASKS, GlueTask, eval_name, get_task
+from bert_ds.finetune.data.tasks import GLUE_TASKS, GlueTask, eval_name, get_task
 
 # --- GLUE -------------------------------------------------------------------------------------
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bert_ds.finetune.conll_data import CONLL2003_LABELS, CONLL_HUB_ID, label_list, load_conll, split_file
-from bert_ds.finetune.tasks import FinetuneDataError, parse_hub_spec
+from bert_ds.finetune.data.conll import CONLL2003_LABELS, CONLL_HUB_ID, label_list, load_conll, split_file
+from bert_ds.finetune.data.tasks import FinetuneDataError, parse_hub_spec
+from bert_ds.finetune.task import FinetuneTask, data_option
 
 DEFAULT_SEQ_LENGTH = 128
 NAME = "ner"
@@ -40,18 +41,11 @@ def add_arguments(parser) -> None:
 
 def data_specs(args) -> dict[str, str]:
     """{"train": spec, "dev": spec[, "test": spec]} from exactly one of the data options."""
-    given = [name for name, value in (("--data-dir", args.data_dir), ("--dataset", args.dataset),
-                                      ("--train-file", args.train_file), ("--dev-file", args.dev_file),
-                                      ("--test-file", args.test_file)) if value is not None]
-    sources = {"--train-file" if name in ("--dev-file", "--test-file") else name for name in given}
-    if len(sources) != 1:
-        raise FinetuneDataError(
-            "Give one data source: --data-dir (a folder of CoNLL files), --dataset [HUB_ID], "
-            f"or --train-file with --dev-file{'; got ' + ', '.join(given) if given else ''}.")
-    if args.dataset is not None:
+    source = data_option(args, "a folder of CoNLL files", ("--train-file", "--dev-file", "--test-file"))
+    if source == "--dataset":
         spec = f"hf:{args.dataset}"
         return dict(train=spec, dev=spec, test=spec)
-    if args.data_dir is not None:
+    if source == "--data-dir":
         folder = Path(args.data_dir)
         if not folder.is_dir():
             raise FinetuneDataError(f"--data-dir {folder}: no such folder.")
@@ -59,8 +53,6 @@ def data_specs(args) -> dict[str, str]:
         if split_file(folder, "test") is not None:
             specs["test"] = str(folder)
         return specs
-    if args.train_file is None or args.dev_file is None:
-        raise FinetuneDataError("--train-file and --dev-file go together: give both.")
     return dict(train=args.train_file, dev=args.dev_file, **({"test": args.test_file} if args.test_file else {}))
 
 
@@ -85,7 +77,7 @@ def build_task(specs: dict[str, str], tokenizer, max_length: int, say=print):
     """TaskData for token tagging: first-sub-token features, entity F1, CoNLL prediction files."""
     from bert_ds.finetune.core import TaskData
     from bert_ds.finetune.metrics import entity_metrics
-    from bert_ds.finetune.ner_features import conll_lines, tagging_features, word_tags
+    from bert_ds.finetune.data.ner_features import conll_lines, tagging_features, word_tags
 
     splits, labels, reports = load_splits(specs)
     for split, report in zip(splits, reports):
@@ -120,32 +112,27 @@ def build_task(specs: dict[str, str], tokenizer, max_length: int, say=print):
     )
 
 
-def run_tasks(args, job, start, layout) -> dict:
-    from bert_ds.finetune.core import run_job
-
-    specs = data_specs(args)
-    Path(job.start.output).mkdir(parents=True, exist_ok=True)
-    task = build_task(specs, start.tokenizer, job.recipe.max_seq_length, say=layout.say)
-    return run_job(job, task, start, layout)
-
-
-def plan_data(args, job) -> list:
+def plan_task(args, _name=None):
     """The dry run's view of the data: local files read and checked as the job reads them."""
     from bert_ds.finetune.plan import TaskPlan
 
     specs = data_specs(args)
     if parse_hub_spec(specs["train"]) is not None:
-        return [TaskPlan(NAME, "tagging", len(CONLL2003_LABELS), None, f"{specs['train']}: hub dataset, read at start")]
+        return TaskPlan(NAME, "tagging", len(CONLL2003_LABELS), None, f"{specs['train']}: hub dataset, read at start")
     splits, labels, reports = load_splits(specs)
-    return [TaskPlan(NAME, "tagging", len(labels), len(splits["train"]),
-                     "\n".join(r.summary() for r in reports) + f"\n{len(labels)} tags: {' '.join(labels)}")]
+    return TaskPlan(NAME, "tagging", len(labels), len(splits["train"]),
+                    "\n".join(r.summary() for r in reports) + f"\n{len(labels)} tags: {' '.join(labels)}")
+
+
+TASK = FinetuneTask(
+    script="bert_ds/finetune/ner.py", description="Fine-tune BERT on token tagging (CoNLL-2003 NER).",
+    default_seq_length=DEFAULT_SEQ_LENGTH, add_arguments=add_arguments, plan=plan_task,
+    build=lambda args, _name, tokenizer, max_length, say: build_task(data_specs(args), tokenizer, max_length, say),
+)
 
 
 def main(argv=None) -> int:
-    from bert_ds.finetune.entrypoint import main as entry
-
-    return entry(argv, "bert_ds/finetune/ner.py", "Fine-tune BERT on token tagging (CoNLL-2003 NER).", add_arguments,
-                 run_tasks, DEFAULT_SEQ_LENGTH, plan_data)
+    return TASK.main(argv)
 
 
 if __name__ == "__main__":

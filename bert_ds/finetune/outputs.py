@@ -89,8 +89,8 @@ def full_fp32_weights(model, layout, engine=None) -> dict[str, torch.Tensor]:
 
 
 def precision_record(job, layout) -> dict:
-    """What the runs trained in and why (bert_ds/precision.py; the deterministic choice the plan printed)."""
-    from bert_ds.training.ds_config import configured_precision
+    """What the runs trained in and why (bert_ds/runtime/precision.py; the deterministic choice the plan printed)."""
+    from bert_ds.training.engine.ds_config import configured_precision
 
     choice = configured_precision(job.parallel.precision, job.parallel.deepspeed_config, layout.device.type)
     return dict(name=choice.name, requested=choice.requested, reason=choice.reason, warning=choice.warning)

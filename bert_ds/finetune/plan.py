@@ -2,7 +2,7 @@
 process group, weights or GPU: the starting point's shape and tokenizer (from manifests), TP x DP,
 every run of the grid and restarts with its batch plan, the ZeRO stage and precision, the data
 (local files read and checked as the job would read them; hub data is counted at start), and the
-memory per device and size of the kept model (training/footprint.py).
+memory per device and size of the kept model (training/plan/footprint.py).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import Mapping, Optional
 
 from bert_ds.config import POOLED_KINDS, ModelConfig, validate_layout
 from bert_ds.finetune.args import FinetuneConfig, RunSettings, batch_plan
-from bert_ds.training.batch_plan import BatchPlan
-from bert_ds.training.footprint import MemoryEstimate
+from bert_ds.training.config.batch_plan import BatchPlan
+from bert_ds.training.plan.footprint import MemoryEstimate
 
 
 @dataclass
 class TaskPlan:
-    """One task of the job as its task file describes it (see glue.py, squad.py, swag.py: plan_data)."""
+    """One task of the job as its task file describes it (its FinetuneTask.plan, finetune/task.py)."""
 
     name: str
     kind: str
@@ -68,8 +68,8 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
                           env: Optional[Mapping[str, str]] = None) -> FinetunePlan:
     """The plan, or the first user error (ConfigError, DataError, TokenizerError, CheckpointError)."""
     from bert_ds.finetune.starting_point import describe_init
-    from bert_ds.training.footprint import activation_bytes, buffer_bytes, finetuning_parameters, model_state_bytes
-    from bert_ds.training.plan import planned_device_kind, planned_world
+    from bert_ds.training.plan.footprint import activation_bytes, buffer_bytes, finetuning_parameters, model_state_bytes
+    from bert_ds.training.plan.resolve import planned_device_kind, planned_world
 
     world, world_from = planned_world(job.plan.world_size, env)
     device_type = planned_device_kind(target)

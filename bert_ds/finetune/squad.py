@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Optional
 
 
-from bert_ds.finetune.tasks import FinetuneDataError
+from bert_ds.finetune.data.tasks import FinetuneDataError
+from bert_ds.finetune.task import FinetuneTask, data_option
 
 DEFAULT_SEQ_LENGTH = 384
 HUB_IDS = {"1.1": "rajpurkar/squad", "2.0": "rajpurkar/squad_v2"}
@@ -54,21 +55,12 @@ def add_arguments(parser) -> None:
 
 def data_specs(args) -> dict[str, str]:
     """{"train": spec, "dev": spec} for load_squad, from exactly one of the data options."""
-    given = [name for name, value in (("--data-dir", args.data_dir), ("--dataset", args.dataset),
-                                      ("--train-file", args.train_file), ("--dev-file", args.dev_file)) if value is not None]
-    sources = {"--train-file" if name == "--dev-file" else name for name in given}
-    if len(sources) != 1:
-        raise FinetuneDataError(
-            "Give one data source: --data-dir (a folder with the official SQuAD files), --dataset [HUB_ID], "
-            f"or --train-file with --dev-file{'; got ' + ', '.join(given) if given else ''}."
-        )
-    if args.dataset is not None:
+    source = data_option(args, "a folder with the official SQuAD files")
+    if source == "--dataset":
         spec = f"hf:{args.dataset or HUB_IDS[args.version]}"
         return dict(train=spec, dev=spec)
-    if args.data_dir is not None:
+    if source == "--data-dir":
         return dict(train=args.data_dir, dev=args.data_dir)
-    if args.train_file is None or args.dev_file is None:
-        raise FinetuneDataError("--train-file and --dev-file go together: give both.")
     return dict(train=args.train_file, dev=args.dev_file)
 
 
@@ -98,8 +90,8 @@ def build_task(version: str, specs: dict[str, str], tokenizer, max_length: int, 
     from bert_ds.finetune.core import TaskData
     from bert_ds.finetune.metrics import squad_v1_metrics, squad_v2_metrics
     from bert_ds.finetune.outputs import write_json
-    from bert_ds.finetune.squad_data import gold_answers, load_squad
-    from bert_ds.finetune.squad_features import build_squad_features, postprocess
+    from bert_ds.finetune.data.squad import gold_answers, load_squad
+    from bert_ds.finetune.data.squad_features import build_squad_features, postprocess
 
     version_2 = version == "2.0"
     name = "squad_v2" if version_2 else "squad"
@@ -156,25 +148,19 @@ def build_task(version: str, specs: dict[str, str], tokenizer, max_length: int, 
     )
 
 
-def run_tasks(args, job, start, layout) -> dict:
-    from bert_ds.finetune.core import run_job
-
+def _build(args, _name, tokenizer, max_length: int, say):
     specs = data_specs(args)
     check_options(args)
-    Path(job.start.output).mkdir(parents=True, exist_ok=True)
-    task = build_task(
-        args.version, specs, start.tokenizer, job.recipe.max_seq_length, args.doc_stride, args.max_query_length,
-        args.n_best_size, args.max_answer_length, args.null_score_diff_threshold, say=layout.say,
-    )
-    return run_job(job, task, start, layout)
+    return build_task(args.version, specs, tokenizer, max_length, args.doc_stride, args.max_query_length,
+                      args.n_best_size, args.max_answer_length, args.null_score_diff_threshold, say=say)
 
 
-def plan_data(args, job) -> list:
+def plan_task(args, _name=None):
     """The dry run's view of the data: local files read and checked as the job reads them (the
     windows, hence the training features, are counted at start: at least one per question)."""
+    from bert_ds.finetune.data.squad import load_squad
+    from bert_ds.finetune.data.tasks import parse_hub_spec
     from bert_ds.finetune.plan import TaskPlan
-    from bert_ds.finetune.squad_data import load_squad
-    from bert_ds.finetune.tasks import parse_hub_spec
 
     specs = data_specs(args)
     check_options(args)
@@ -182,17 +168,20 @@ def plan_data(args, job) -> list:
     options = {"doc stride": args.doc_stride, "max query length": args.max_query_length,
                "n-best": args.n_best_size, "max answer length": args.max_answer_length}
     if parse_hub_spec(specs["train"]) is not None:
-        return [TaskPlan(name, "span", 2, None, f"{specs['train']}: hub dataset, read at start", options=options)]
+        return TaskPlan(name, "span", 2, None, f"{specs['train']}: hub dataset, read at start", options=options)
     reports = [load_squad(split, specs[split], args.version)[1] for split in ("train", "dev")]
     data = "\n".join(r.summary() for r in reports) + "\n(steps counted per question; windows add more at start)"
-    return [TaskPlan(name, "span", 2, reports[0].rows, data, options=options)]
+    return TaskPlan(name, "span", 2, reports[0].rows, data, options=options)
+
+
+TASK = FinetuneTask(
+    script="bert_ds/finetune/squad.py", description="Fine-tune BERT on SQuAD v1.1 or v2.0.",
+    default_seq_length=DEFAULT_SEQ_LENGTH, add_arguments=add_arguments, build=_build, plan=plan_task,
+)
 
 
 def main(argv=None) -> int:
-    from bert_ds.finetune.entrypoint import main as entry
-
-    return entry(argv, "bert_ds/finetune/squad.py", "Fine-tune BERT on SQuAD v1.1 or v2.0.", add_arguments, run_tasks,
-                 DEFAULT_SEQ_LENGTH, plan_data)
+    return TASK.main(argv)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from typing import Optional
 from bert_ds.checkpoint.portable import PortableCheckpoint, is_portable, open_portable
 from bert_ds.checkpoint.zero import COMPLETE, LATEST, CheckpointError, gather_failures
 from bert_ds.config import ConfigError, ModelConfig, model_preset, padded_vocab_size
-from bert_ds.data.tokenizer import load_tokenizer
+from bert_ds.data.tokenizer.load import load_tokenizer
 
 CONVERTED_SUBDIR = "init"
 

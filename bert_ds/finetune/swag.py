@@ -19,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bert_ds.finetune.swag_data import NUM_CHOICES, SWAG_FILES, SWAG_HUB_ID
-from bert_ds.finetune.tasks import FinetuneDataError, parse_hub_spec
+from bert_ds.finetune.data.swag import NUM_CHOICES, SWAG_FILES, SWAG_HUB_ID
+from bert_ds.finetune.data.tasks import FinetuneDataError, parse_hub_spec
+from bert_ds.finetune.task import FinetuneTask, folder_or_hub
 
 DEFAULT_SEQ_LENGTH = 128  # the paper's SWAG setting
 NAME = "swag"
@@ -35,11 +36,7 @@ def add_arguments(parser) -> None:
 
 
 def data_spec(args) -> str:
-    if args.dataset:
-        return f"hf:{args.dataset}"
-    if args.data_dir:
-        return args.data_dir
-    raise FinetuneDataError(f"Give --data-dir (a folder with SWAG's train.csv and val.csv) or --dataset ({SWAG_HUB_ID}).")
+    return folder_or_hub(args, "a folder with SWAG's train.csv and val.csv", SWAG_HUB_ID)
 
 
 def has_test_split(data: str) -> bool:
@@ -91,7 +88,7 @@ def build_task(data: str, tokenizer, max_length: int, say=print):
     from bert_ds.finetune.batches import softmax
     from bert_ds.finetune.core import TaskData
     from bert_ds.finetune.metrics import accuracy
-    from bert_ds.finetune.swag_data import load_swag
+    from bert_ds.finetune.data.swag import load_swag
 
     def load(split):
         examples, report = load_swag(split, data)
@@ -129,32 +126,27 @@ def build_task(data: str, tokenizer, max_length: int, say=print):
     )
 
 
-def run_tasks(args, job, start, layout) -> dict:
-    from bert_ds.finetune.core import run_job
-
-    data = data_spec(args)
-    Path(job.start.output).mkdir(parents=True, exist_ok=True)
-    task = build_task(data, start.tokenizer, job.recipe.max_seq_length, say=layout.say)
-    return run_job(job, task, start, layout)
-
-
-def plan_data(args, job) -> list:
+def plan_task(args, _name=None):
     """The dry run's view of the data: local files read and checked as the job reads them."""
+    from bert_ds.finetune.data.swag import load_swag
     from bert_ds.finetune.plan import TaskPlan
-    from bert_ds.finetune.swag_data import load_swag
 
     data = data_spec(args)
     if parse_hub_spec(data) is not None:
-        return [TaskPlan(NAME, "multiple_choice", 1, None, f"{data}: hub dataset, read at start", NUM_CHOICES)]
+        return TaskPlan(NAME, "multiple_choice", 1, None, f"{data}: hub dataset, read at start", NUM_CHOICES)
     reports = [load_swag(split, data)[1] for split in ("train", "val") + (("test",) if has_test_split(data) else ())]
-    return [TaskPlan(NAME, "multiple_choice", 1, reports[0].rows, "\n".join(r.summary() for r in reports), NUM_CHOICES)]
+    return TaskPlan(NAME, "multiple_choice", 1, reports[0].rows, "\n".join(r.summary() for r in reports), NUM_CHOICES)
+
+
+TASK = FinetuneTask(
+    script="bert_ds/finetune/swag.py", description="Fine-tune BERT on SWAG (multiple choice).",
+    default_seq_length=DEFAULT_SEQ_LENGTH, add_arguments=add_arguments, plan=plan_task,
+    build=lambda args, _name, tokenizer, max_length, say: build_task(data_spec(args), tokenizer, max_length, say),
+)
 
 
 def main(argv=None) -> int:
-    from bert_ds.finetune.entrypoint import main as entry
-
-    return entry(argv, "bert_ds/finetune/swag.py", "Fine-tune BERT on SWAG (multiple choice).", add_arguments,
-                 run_tasks, DEFAULT_SEQ_LENGTH, plan_data)
+    return TASK.main(argv)
 
 
 if __name__ == "__main__":

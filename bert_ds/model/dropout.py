@@ -1,10 +1,9 @@
 """Dropout whose mask is cheap to draw on CPUs; torch's own dropout everywhere else.
 
-Why: torch's CPU dropout draws one Mersenne-Twister number per element (`bernoulli_`), which
-measured 10% of a base pre-training step on 2 cores (37 dropouts per step), and attention dropout
-also pushes SDPA onto its slowest path. Here each mask costs one 64-bit draw from torch's
-generator, used as the seed of a numpy SFC64 stream that supplies 16 random bits per element:
-about 4x cheaper forward and backward together.
+Why: torch's CPU dropout draws one Mersenne-Twister number per element (`bernoulli_`), a tenth
+of a base pre-training step on CPUs (37 dropouts per step; docs/benchmarks.md), and attention
+dropout also pushes SDPA onto its slowest path. Here each mask costs one 64-bit draw from torch's
+generator, used as the seed of a numpy SFC64 stream that supplies 16 random bits per element.
 
 Because the seed comes from torch's default generator, everything that governs torch's dropout
 governs this one too: `torch.manual_seed`, the RNG states saved in checkpoints, the model-parallel

@@ -15,7 +15,7 @@ from typing import Mapping, Optional
 import torch
 
 from bert_ds.config import ModelConfig
-from bert_ds.partitioned import full_shape, writable
+from bert_ds.model.construction import PLAIN, Construction
 
 
 def _generator(seed: int, name: str) -> torch.Generator:
@@ -25,7 +25,7 @@ def _generator(seed: int, name: str) -> torch.Generator:
 
 def is_norm_parameter(name: str) -> bool:
     """A LayerNorm weight or bias, by parameter name (BERT initialises them to 1 and 0 and
-    exempts them from weight decay, training/optim.py)."""
+    exempts them from weight decay, training/engine/optim.py)."""
     lowered = name.lower()
     return "layernorm" in lowered or "norm." in lowered
 
@@ -56,21 +56,23 @@ def initialize_weights(
     tp_rank: int,
     tp_size: int,
     full_names: Optional[Mapping[str, str]] = None,
+    construction: Construction = PLAIN,
 ) -> None:
     """`initial_full_tensor` for every parameter, keyed by full parameter name; each rank keeps its
     tensor-parallel slice.
 
     `full_names` maps this model's parameter names to BertForPretraining names (pipeline stages
-    name their parameters differently); identity when None.
+    name their parameters differently); identity when None. `construction` gathers a partitioned
+    parameter to write it (model/construction.py).
     """
     for name, param in model.named_parameters():
         full_name = full_names.get(name, name) if full_names is not None else name
-        shape = list(full_shape(param))
+        shape = list(construction.full_shape(param))
         dim = getattr(param, "partition_dim", None) if getattr(param, "tensor_model_parallel", False) else None
         if dim is not None:
             shape[dim] *= tp_size
         full = initial_full_tensor(full_name, shape, config.init_method_std, seed)
         if dim is not None:
             full = full.chunk(tp_size, dim=dim)[tp_rank]
-        with writable(param):
+        with construction.writable(param):
             param.copy_(full.to(param.dtype))

@@ -1,4 +1,6 @@
-"""The pre-training loss: the one function that owns MLM + NSP.
+"""The pre-training loss, defined once: MLM + NSP terms (`_mlm_terms` and the NSP cross-entropy),
+reduced to means for a training step (`pretraining_loss`: the plain step and the pipeline's last
+stage) or to sums for held-out evaluation (`evaluation_sums`).
 
 `mlm_loss` is a masked-token cross-entropy averaged over the selected positions (all of them:
 [MASK]ed, randomised and unchanged alike), not a perplexity of the text.
@@ -62,6 +64,19 @@ def vocab_parallel_accuracy(logits: torch.Tensor, targets: torch.Tensor, tp_grou
     return (target_logit >= best).float().mean()
 
 
+def _mlm_terms(mlm_logits: torch.Tensor, mlm_targets: torch.Tensor, tp_group):
+    """(per-row cross-entropy [n] or None when no position is selected, accuracy): the MLM terms
+    both reductions below share. The logits are taken to fp32 first: the softmax over 30k entries,
+    its log-sum-exp and the gradient back into the decoder are computed in fp32 (megatron's and
+    HF's practice); only the selected rows are converted. Accuracy is read before the
+    cross-entropy, which reuses the logits buffer in place."""
+    mlm_logits = mlm_logits.float()
+    accuracy = vocab_parallel_accuracy(mlm_logits, mlm_targets, tp_group)
+    if mlm_targets.numel() == 0:
+        return mlm_logits, None, accuracy
+    return mlm_logits, _megatron_cross_entropy(mlm_logits, mlm_targets, tp_group), accuracy
+
+
 def pretraining_loss(
     mlm_logits: torch.Tensor,
     mlm_targets: torch.Tensor,
@@ -70,23 +85,15 @@ def pretraining_loss(
     *,
     tp_group,
 ) -> PretrainingLoss:
-    """MLM cross-entropy over the selected positions (+ NSP cross-entropy when given).
+    """MLM cross-entropy over the selected positions (+ NSP cross-entropy when given), averaged
+    over this micro-batch: the loss of a training step (plain or the pipeline's last stage).
 
     mlm_logits: [n, vocab / tp] from BertForPretraining, rows aligned with mlm_targets [n]
-    (= labels[loss_mask]). megatron's vocab-parallel cross-entropy reuses the logits buffer in
-    place, so accuracy is read first and the logits must not be used after this call.
-
-    Under bf16/fp16 the logits are taken to fp32 first: the softmax over 30k entries, its
-    log-sum-exp and the gradient back into the decoder are computed in fp32 (megatron's and HF's
-    practice); only the selected rows are converted, so this costs [n, vocab / tp] fp32 values.
+    (= labels[loss_mask]). The logits must not be used after this call (see _mlm_terms).
     """
-    mlm_logits = mlm_logits.float()
-    mlm_accuracy = vocab_parallel_accuracy(mlm_logits, mlm_targets, tp_group)
-    if mlm_targets.numel() == 0:
-        # No selected token in this micro-batch: a zero that still reaches every head parameter.
-        mlm_loss = mlm_logits.sum() * 0.0
-    else:
-        mlm_loss = _megatron_cross_entropy(mlm_logits, mlm_targets, tp_group).mean()
+    mlm_logits, per_row, mlm_accuracy = _mlm_terms(mlm_logits, mlm_targets, tp_group)
+    # No selected token in this micro-batch: a zero that still reaches every head parameter.
+    mlm_loss = mlm_logits.sum() * 0.0 if per_row is None else per_row.mean()
     loss, nsp_loss, nsp_accuracy = mlm_loss, None, None
     if nsp_logits is not None and next_sentence_label is not None:
         nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label)
@@ -108,19 +115,20 @@ def evaluation_sums(
     *,
     tp_group,
 ) -> torch.Tensor:
-    """Sums for held-out metrics, float64 [EVAL_SUM_FIELDS]: summed, not averaged, so that any
-    split of the evaluation set into micro-batches and ranks adds up to the same means (a token-
-    weighted MLM loss and accuracy, an example-weighted NSP loss and accuracy).
+    """The same loss as `pretraining_loss`, summed for held-out metrics: float64 [EVAL_SUM_FIELDS],
+    summed, not averaged, so that any split of the evaluation set into micro-batches and ranks
+    adds up to the same means (a token-weighted MLM loss and accuracy, an example-weighted NSP
+    loss and accuracy).
 
     NSP rows whose label is negative are padding (an evaluation set that does not fill every
     rank's last micro-batch) and count nowhere; padding rows select no MLM position either.
     """
     sums = torch.zeros(len(EVAL_SUM_FIELDS), dtype=torch.float64, device=mlm_logits.device)
-    mlm_logits = mlm_logits.float()
-    count = mlm_targets.numel()
-    if count:
-        sums[1] = vocab_parallel_accuracy(mlm_logits, mlm_targets, tp_group).double() * count
-        sums[0] = _megatron_cross_entropy(mlm_logits, mlm_targets, tp_group).double().sum()  # consumes the logits
+    _, per_row, accuracy = _mlm_terms(mlm_logits, mlm_targets, tp_group)
+    if per_row is not None:
+        count = mlm_targets.numel()
+        sums[1] = accuracy.double() * count
+        sums[0] = per_row.double().sum()
         sums[2] = count
     if nsp_logits is not None and next_sentence_label is not None:
         real = next_sentence_label >= 0

@@ -27,7 +27,8 @@ from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 from megatron.core.tensor_parallel import VocabParallelEmbedding
 from megatron.core.transformer.spec_utils import build_module
 
-from bert_ds.config import ConfigError, ModelConfig, transformer_config
+from bert_ds.config import ConfigError, ModelConfig
+from bert_ds.model.megatron_config import transformer_config
 from bert_ds.model.init import initialize_weights
 from bert_ds.model.bert import (
     BertEmbeddings,
@@ -150,7 +151,7 @@ class BertPretrainingHeadsPipe(torch.nn.Module):
 class BertPipelineModule(PipelineModule):
     """PipelineModule that tells its loss function when it switches mode: PipelineEngine.train_batch
     starts with module.train() and eval_batch with module.eval(), so a loss function with a
-    `mode_changed(training)` method (training/pipeline_loss.py) knows which kind of batch it scores."""
+    `mode_changed(training)` method (training/engine/pipeline_loss.py) knows which kind of batch it scores."""
 
     def __init__(self, *args, layout, **kwargs):
         super().__init__(*args, **kwargs)
@@ -174,7 +175,7 @@ def build_pipeline_model(
     partition_method "uniform": num_layers / PP transformer layers per stage, embeddings on stage 0,
     heads on the last stage (checked after DeepSpeed partitions). Any other value is handed to
     DeepSpeed unchanged ("parameters", "type:regex"). `loss_fn(outputs, labels)` runs on the last
-    stage (training/pipeline_loss.py); `with_nsp` must match the labels it is given.
+    stage (training/engine/pipeline_loss.py); `with_nsp` must match the labels it is given.
     """
     # pipeline size 1 for megatron: each stage's layers are standalone modules, and a config with
     # PP > 1 would make TransformerLayer add the stage's offset to layer numbers a second time.

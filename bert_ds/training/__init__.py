@@ -1,1 +1,3 @@
-"""The pre-training loop's helpers: metrics logging (console, JSON Lines, TensorBoard) and FLOP accounting."""
+"""Pre-training: options (config/), the launch plan resolved before anything starts (plan/), the
+DeepSpeed engine (engine/), the training loop (loop/), held-out evaluation (evaluation.py), and
+the job's phases in order (job.py)."""

@@ -51,7 +51,7 @@ class EvalResult:
     seconds: float
 
     def record(self, state) -> dict:
-        """The metrics-file line of this evaluation at `state` (training/trainer.py TrainState): its
+        """The metrics-file line of this evaluation at `state` (training/loop/trainer.py TrainState): its
         progress keys and the `eval/` keys (TensorBoard's names too)."""
         return {"step": state.step, "consumed_samples": state.consumed_samples,
                 "consumed_tokens": state.consumed_tokens, "eval/mlm_loss": self.mlm_loss, "eval/mlm_accuracy": self.mlm_accuracy,
@@ -90,7 +90,7 @@ def _source_examples(source, index: int, tokenizer, config, quota: int) -> list:
     """The first `quota` examples of one source: its documents of the first epoch, in blocks."""
     from bert_ds.data.pairs import build_examples
     from bert_ds.data.stream import SourceReader
-    from bert_ds.data.text import TextStats
+    from bert_ds.data.text.cleaning import TextStats
 
     documents = SourceReader(source, tokenizer, config, 0, 1, TextStats()).first_epoch_documents()
     examples, block_index = [], 0
@@ -174,7 +174,7 @@ def _plain_sums(engine, eval_set: EvalSet, layout):
     import torch
 
     from bert_ds.model.loss import evaluation_sums
-    from bert_ds.training.steps import to_device
+    from bert_ds.runtime.device import to_device
 
     total = None
     engine.eval()
@@ -193,8 +193,8 @@ def _plain_sums(engine, eval_set: EvalSet, layout):
 
 
 def _pipeline_sums(engine, model, eval_set: EvalSet, layout):
-    from bert_ds.training.pipeline_loss import pipeline_batch
-    from bert_ds.training.steps import to_device
+    from bert_ds.training.engine.pipeline_loss import pipeline_batch
+    from bert_ds.runtime.device import to_device
 
     feed = (pipeline_batch(to_device(batch, layout.device)) for batch in eval_set.batches)
     needs_data = engine.is_first_stage() or engine.is_last_stage()

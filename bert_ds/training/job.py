@@ -1,7 +1,7 @@
 """The phases of one pre-training job, in order (bert_ds/pretrain.py runs them; the demo and the
-benchmarks call them in-process): tokenizer -> launch plan (training/prepare.py, before DeepSpeed) ->
+benchmarks call them in-process): tokenizer -> launch plan (training/plan/prepare.py, before DeepSpeed) ->
 held-out data -> parallel layout -> model and DeepSpeed engine -> data -> Trainer
-(training/trainer.py): resume -> train -> save.
+(training/loop/trainer.py): resume -> train -> save.
 
 pretrain.py imports this module only once the plan stands: it brings torch, DeepSpeed and
 megatron, and a `--dry-run` on a login node, or a run with a wrong option, stays free of them.
@@ -15,27 +15,24 @@ import time
 from typing import Optional
 
 from bert_ds.checkpoint import zero
-from bert_ds.config import padded_vocab_size
 from bert_ds.data.loader import PretrainingLoader
 from bert_ds.data.sources import parse_sources
-from bert_ds.distributed import init_parallel
-from bert_ds.launcher import discover
-from bert_ds.host_memory import tune_malloc_for_partitioning
+from bert_ds.runtime.distributed import init_parallel
+from bert_ds.runtime.launcher import discover
+from bert_ds.runtime.host_memory import tune_malloc_for_partitioning
 from bert_ds.model import build_model
-from bert_ds.training.args import RunConfig
-from bert_ds.training.engine import build_engine
+from bert_ds.training.config.args import RunConfig
+from bert_ds.training.engine.build import build_engine, model_construction
 from bert_ds.training.evaluation import build_eval_set, load_eval_examples
-from bert_ds.training.pipeline_loss import PretrainingLossFn
-from bert_ds.training.plan import pretraining_batch_plan
-from bert_ds.training.prepare import Prepared, prepare
-from bert_ds.training.trainer import EXIT_CODE_FOR_SIGNAL, Trainer
+from bert_ds.training.engine.pipeline_loss import PretrainingLossFn
+from bert_ds.training.plan.resolve import pretraining_batch_plan
+from bert_ds.training.plan.prepare import Prepared, prepare
+from bert_ds.training.loop.trainer import EXIT_CODE_FOR_SIGNAL, Trainer
 
 
-def setup_parallel(run: RunConfig, tokenizer):
-    """Model config (vocab from the tokenizer, padded) and the process layout."""
-    model_config = run.model_config(padded_vocab_size(tokenizer.vocab_size))
-    layout = init_parallel(model_config, run.parallel.tensor_parallel, run.parallel.pipeline_parallel, seed=run.data.seed)
-    return model_config, layout
+def setup_parallel(run: RunConfig, model_config):
+    """The process layout for `model_config` (the plan's, or plan/resolve.py run_model_config's)."""
+    return init_parallel(model_config, run.parallel.tensor_parallel, run.parallel.pipeline_parallel, seed=run.data.seed)
 
 
 def setup_engine(run: RunConfig, model_config, layout, deepspeed_setup=None):
@@ -49,7 +46,7 @@ def setup_engine(run: RunConfig, model_config, layout, deepspeed_setup=None):
         pipeline_loss = PretrainingLossFn(layout.tp_group)
     tune_malloc_for_partitioning(layout.device.type, deepspeed_setup.zero_stage, layout.data_parallel)
     model = build_model(model_config, layout, with_nsp=run.data.objective == "mlm_nsp", pipeline_loss=pipeline_loss,
-                        deepspeed_config=deepspeed_setup.config)
+                        construction=model_construction(deepspeed_setup.config, layout))
     engine = build_engine(model, layout, deepspeed_setup, run.optim.settings())
     return engine, model, deepspeed_setup
 
@@ -86,18 +83,19 @@ class PretrainingRun:
 
     @property
     def exit_code(self) -> int:
-        """0, or the code of the signal that stopped it after its checkpoint (training/trainer.py)."""
+        """0, or the code of the signal that stopped it after its checkpoint (training/loop/trainer.py)."""
         return EXIT_CODE_FOR_SIGNAL.get(self.trainer.state.stopped_by, 0)
 
 
 def run_pretraining(run: RunConfig, prepared: Optional[Prepared] = None) -> PretrainingRun:
-    """Every phase of a run, in order, after training/prepare.py's (run here unless `prepared`);
+    """Every phase of a run, in order, after training/plan/prepare.py's (run here unless `prepared`);
     the process group stays up for the caller."""
     prepared = prepared or prepare(run)
     tokenizer, plan = prepared.tokenizer, prepared.plan
     run = plan.run  # every `auto` resolved
     eval_examples = read_evaluation_data(run, tokenizer)
-    model_config, layout = setup_parallel(run, tokenizer)
+    model_config = plan.model_config
+    layout = setup_parallel(run, model_config)
     engine, model, _ = setup_engine(run, model_config, layout, plan.deepspeed)
     loader = setup_data(run, tokenizer, layout)
     eval_set = setup_evaluation(run, tokenizer, layout, eval_examples)

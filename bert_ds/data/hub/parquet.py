@@ -7,7 +7,7 @@ conversion on the `refs/convert/parquet` branch (`plain_text/train/0000.parquet`
 `partial-train/` where the conversion stopped early, for datasets over 5 GB). A source lists the
 train split's files at its pinned commit (data/hub/fs.py), reads their footers once (cached in
 BERT_DS_CACHE/hub-index, keyed by dataset, commit, file and size: a commit never changes), and
-its shards read their own row groups (data/parquet_records.py). A dataset with no Parquet files
+its shards read their own row groups (data/records/parquet.py). A dataset with no Parquet files
 at that revision is streamed by `datasets` instead: every shard then reads the whole stream.
 """
 
@@ -25,7 +25,7 @@ from bert_ds.data.hub.fs import (
     HUB_MIRROR_ENV, CountingFile, HubLocation, hub_filesystem, one_line, parse_hub_location, pin_revision, repo_root,
     with_retries,
 )
-from bert_ds.data.parquet_records import ParquetFooter, ParquetRecords, check_text_column
+from bert_ds.data.records.parquet import ParquetFooter, ParquetRecords, check_text_column
 from bert_ds.errors import DataError
 
 INDEX_VERSION = 1
@@ -146,7 +146,7 @@ def _is_train(path: str) -> bool:
 
 def _footers(fs, source_name: str, hub: HubLocation, commit: str, files: list[tuple[str, int]]) -> list[bytes]:
     """Every file's serialized footer: from the cache, else fetched now (and cached)."""
-    from bert_ds.cache import cache_dir, publish, staging_path
+    from bert_ds.runtime.cache import cache_dir, publish, staging_path
 
     key = json.dumps([hub.hub_id, commit, files, os.environ.get(HUB_MIRROR_ENV), INDEX_VERSION])
     target = cache_dir() / "hub-index" / f"{hashlib.sha1(key.encode()).hexdigest()}.json"

@@ -88,9 +88,9 @@ def saved_commit(output: Path) -> Optional[str]:
 
 
 def write_inputs_unit(inputs: Inputs, unit, settings: Settings, output: Path, report_progress) -> list[dict]:
-    from bert_ds.data.record_index import EpochRecords
+    from bert_ds.data.records.index import EpochRecords
 
-    from bert_ds.data.parquet_records import ParquetRecords
+    from bert_ds.data.records.parquet import ParquetRecords
 
     readers = [inputs.readers[k] for k in unit.inputs]
     for reader in readers:

@@ -1,0 +1,355 @@
+"""Learning parity: bert_ds against Hugging Face's BertForPreTraining, same batches, same recipe.
+
+Both sides train in one process, in lockstep: every step draws one batch from bert_ds's loader
+(the built-in sample's books + training Wikipedia articles, dynamic masks) and gives it to each
+side (which side goes first alternates), so both see the same data and the same machine. Only
+their steps are timed (the loader is not). Every `--eval-interval` steps, and at the end, both are
+scored on the same fixed held-out set (training/evaluation.py: the held-out Wikipedia articles,
+static masks and pairs) by the same function (model/loss.py evaluation_sums).
+
+  bert_ds: the real engine (training/job.py setup_engine: DeepSpeed, fused AdamW, our loss and
+           warm-up + linear decay schedule), stepped by training/loop/steps.py plain_step.
+  hf:      transformers.BertForPreTraining (SDPA attention) with its config from bert_ds's own
+           mapping (checkpoint/hf_export.py hf_config); BertForPreTraining's loss (MLM
+           cross-entropy over the masked positions + NSP cross-entropy); torch AdamW with the
+           Hugging Face Trainer's groups (no decay on biases and LayerNorm), the same betas, eps and
+           weight decay; transformers' get_linear_schedule_with_warmup; clipping at 1.0; bf16 as
+           `torch.autocast`.
+
+Modes:
+  strict: the same initial weights (HF's random initialisation, brought into bert_ds through the
+          Hugging Face weight mapping the importer uses), dropout 0, fp32. Reports the per-step
+          MLM and NSP loss differences and each side's final held-out accuracy.
+  recipe: each side its own initialisation (seeded), dropout 0.1, over `--seeds` seeds and each
+          of `--precisions`: held-out MLM/NSP accuracy (mean ± std per side) and time to accuracy:
+          the training seconds each side needs to first reach the held-out MLM accuracy HF ends
+          at (same seed and precision), linearly interpolated between evaluations; the ratio is
+          bert_ds / HF (below 1: bert_ds gets there sooner).
+
+Usage: python benchmarks/learning_parity.py [--modes strict recipe] [--presets mini base]
+       [--strict-steps 300] [--recipe-steps 600] [--seeds 3] [--precisions fp32 bf16]
+       [--batch 32] [--seq-length 128] [--lr 3e-4] [--warmup-fraction 0.1] [--eval-interval 50]
+       [--eval-samples 512] [--output DIR] [--json PATH]
+Writes OUTPUT/<mode>-<preset>-<precision>-seed<S>-<side>.jsonl (metrics files with train_seconds)
+and OUTPUT/<mode>-<preset>.png (`python -m bert_ds.plot --x seconds` of seed 0's runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+class BertDsSide:
+    name = "bert_ds"
+
+    def __init__(self, run, model_config, layout, initial_hf_state=None):
+        from bert_ds.checkpoint.hf_weights import hf_to_bert_ds
+        from bert_ds.training import job
+
+        self.model_config, self.layout = model_config, layout
+        self.engine, self.model, _ = job.setup_engine(run, self.model_config, self.layout)
+        if initial_hf_state is not None:
+            # Before the first step, at fp32 and ZeRO-0, the engine's parameters are the optimizer's.
+            self.model.load_state_dict(hf_to_bert_ds(initial_hf_state, self.model_config), strict=True)
+
+    def step(self, batch: dict) -> tuple[float, float, float]:
+        from bert_ds.training.loop.steps import plain_step
+
+        lr = self.engine.get_lr()[0]
+        result = plain_step(self.engine, iter([batch]), 1, self.layout)
+        return result.mlm_loss, result.nsp_loss, lr
+
+    def evaluate(self, eval_set) -> tuple[float, float, float]:
+        from bert_ds.training.evaluation import evaluate
+
+        result = evaluate(self.engine, self.model, eval_set, self.layout)
+        return result.mlm_accuracy, result.nsp_accuracy, result.mlm_loss
+
+
+class HuggingFaceSide:
+    name = "hf"
+
+    def __init__(self, run, model_config, layout, tokenizer, precision: str, seed: int):
+        import transformers
+
+        from bert_ds.checkpoint.hf_weights import hf_config
+
+        config = hf_config(model_config, "BertForPreTraining", tokenizer.pad_id, attn_implementation="sdpa")
+        torch.manual_seed(seed)
+        self.model = transformers.BertForPreTraining(config).to(layout.device).train()
+        self.layout, self.precision, self.vocab = layout, precision, config.vocab_size
+        settings = run.optim.settings()
+        # The Hugging Face Trainer's groups: no weight decay on biases and LayerNorm weights.
+        exempt = [p for n, p in self.model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
+        decay = [p for n, p in self.model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
+        groups = [{"params": decay, "weight_decay": settings.weight_decay}, {"params": exempt, "weight_decay": 0.0}]
+        self.optimizer = torch.optim.AdamW(groups, lr=settings.lr, betas=settings.betas, eps=settings.eps, foreach=True)
+        self.scheduler = transformers.get_linear_schedule_with_warmup(self.optimizer, settings.warmup_steps, settings.total_steps)
+
+    def initial_state(self) -> dict:
+        return {name: tensor.detach().clone() for name, tensor in self.model.state_dict().items()}
+
+    def step(self, batch: dict) -> tuple[float, float, float]:
+        from bert_ds.runtime.device import autocast
+
+        lr = self.scheduler.get_last_lr()[0]
+        with autocast(self.precision):
+            out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             token_type_ids=batch["token_type_ids"])
+        # BertForPreTraining's own loss: labels -100 outside the masked positions.
+        labels = batch["labels"].masked_fill(~batch["loss_mask"], -100)
+        mlm = F.cross_entropy(out.prediction_logits.float().view(-1, self.vocab), labels.view(-1), ignore_index=-100)
+        nsp = F.cross_entropy(out.seq_relationship_logits.float(), batch["next_sentence_label"])
+        (mlm + nsp).backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return mlm.item(), nsp.item(), lr
+
+    @torch.no_grad()
+    def evaluate(self, eval_set) -> tuple[float, float, float]:
+        from bert_ds.runtime.device import autocast
+        from bert_ds.model.loss import evaluation_sums
+        from bert_ds.runtime.device import to_device
+
+        self.model.eval()
+        total = 0
+        for batch in eval_set.batches:
+            batch = to_device(batch, self.layout.device)
+            mask = batch["loss_mask"]
+            with autocast(self.precision):
+                out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                 token_type_ids=batch["token_type_ids"])
+            total = total + evaluation_sums(out.prediction_logits[mask], batch["labels"][mask], out.seq_relationship_logits,
+                                            batch["next_sentence_label"], tp_group=self.layout.tp_group)
+        self.model.train()
+        mlm_loss, mlm_correct, mlm_count, _, nsp_correct, nsp_count = total.tolist()
+        return mlm_correct / mlm_count, nsp_correct / nsp_count, mlm_loss / mlm_count
+
+
+def run_config(args, preset: str, precision: str, seed: int, steps: int, dropout: float):
+    from bert_ds.data.sources import SAMPLE_HELD_OUT_SPEC, SAMPLE_TRAIN_SPECS
+    from bert_ds.training.config.args import parse_args
+
+    return parse_args([
+        "--preset", preset, "--data", *SAMPLE_TRAIN_SPECS, "--seq-length", str(args.seq_length),
+        "--global-batch-size", str(args.batch), "--micro-batch-size", str(args.batch), "--lr", str(args.lr),
+        "--warmup-steps", str(max(1, round(steps * args.warmup_fraction))), "--train-steps", str(steps),
+        "--precision", precision, "--seed", str(seed), "--dropout", str(dropout),
+        "--eval-data", SAMPLE_HELD_OUT_SPEC, "--eval-samples", str(args.eval_samples), "--eval-interval", str(args.eval_interval),
+    ])
+
+
+def timed(side, batch) -> tuple[tuple[float, float, float], float]:
+    from bert_ds.runtime.device import synchronize
+
+    synchronize()
+    began = time.perf_counter()
+    losses = side.step(batch)
+    synchronize()
+    return losses, time.perf_counter() - began
+
+
+def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: int) -> dict:
+    """Both sides through `steps` lockstep steps; their per-step losses, times and evaluations."""
+    from bert_ds.data.loader import PretrainingLoader
+    from bert_ds.data.sources import parse_sources
+    from bert_ds.runtime.distributed import teardown_parallel
+    from bert_ds.training.evaluation import build_eval_set, load_eval_examples
+    from bert_ds.runtime.device import to_device
+
+    strict = mode == "strict"
+    steps = args.strict_steps if strict else args.recipe_steps
+    run = run_config(args, preset, precision, seed, steps, 0.0 if strict else 0.1)
+    # HF first: in strict mode its initialisation is the one both sides start from.
+    from bert_ds.training import job
+    from bert_ds.training.plan.resolve import run_model_config
+
+    model_config = run_model_config(run, tokenizer.vocab_size)
+    layout = job.setup_parallel(run, model_config)
+    hf = HuggingFaceSide(run, model_config, layout, tokenizer, precision, seed)
+    ours = BertDsSide(run, model_config, layout, hf.initial_state() if strict else None)
+    sides = [ours, hf]
+    eval_set = build_eval_set(run, tokenizer, ours.layout, load_eval_examples(run, tokenizer)[0])
+    loader = iter(PretrainingLoader(parse_sources(run.data.sources), tokenizer, run.data_config()))
+    records = {s.name: [] for s in sides}
+    seconds = {s.name: 0.0 for s in sides}
+    evals = {s.name: [] for s in sides}
+    tokens = 0
+    began = time.perf_counter()
+    for step in range(steps):
+        batch = to_device(next(loader), layout.device)
+        batch_tokens = int(batch["attention_mask"].sum())
+        tokens += batch_tokens
+        for side in sides if step % 2 == 0 else sides[::-1]:
+            (mlm, nsp, lr), spent = timed(side, batch)
+            seconds[side.name] += spent
+            records[side.name].append(dict(step=step + 1, consumed_tokens=tokens, train_seconds=seconds[side.name],
+                                           loss=mlm + nsp, mlm_loss=mlm, nsp_loss=nsp, lr=lr,
+                                           tokens_per_s=batch_tokens / spent))
+        if (step + 1) % args.eval_interval == 0 or step + 1 == steps:
+            for side in sides:
+                mlm_acc, nsp_acc, mlm_loss = side.evaluate(eval_set)
+                evals[side.name].append({"step": step + 1, "consumed_tokens": tokens, "train_seconds": seconds[side.name],
+                                         "eval/mlm_accuracy": mlm_acc, "eval/nsp_accuracy": nsp_acc, "eval/mlm_loss": mlm_loss})
+            print(f"  {mode} {preset} {precision} seed {seed}: step {step + 1}/{steps} | "
+                  + " | ".join(f"{s.name} mlm_acc {evals[s.name][-1]['eval/mlm_accuracy']:.4f} "
+                               f"({seconds[s.name]:.0f}s)" for s in sides)
+                  + f" | {time.perf_counter() - began:.0f}s", flush=True)
+    teardown_parallel()
+    return dict(mode=mode, preset=preset, precision=precision, seed=seed, steps=steps, records=records, evals=evals,
+                seconds=seconds)
+
+
+def time_to(evals: list[dict], target: float):
+    """Training seconds at which the held-out MLM accuracy first reaches `target` (interpolated)."""
+    previous = {"train_seconds": 0.0, "eval/mlm_accuracy": 0.0}
+    for point in evals:
+        if point["eval/mlm_accuracy"] >= target:
+            rise = point["eval/mlm_accuracy"] - previous["eval/mlm_accuracy"]
+            share = (target - previous["eval/mlm_accuracy"]) / rise if rise > 0 else 1.0
+            return previous["train_seconds"] + share * (point["train_seconds"] - previous["train_seconds"])
+        previous = point
+    return None
+
+
+def strict_summary(pair: dict) -> dict:
+    ours, hf = pair["records"]["bert_ds"], pair["records"]["hf"]
+    diffs = {key: [abs(a[key] - b[key]) for a, b in zip(ours, hf)] for key in ("mlm_loss", "nsp_loss")}
+    relative = [abs(a["mlm_loss"] - b["mlm_loss"]) / b["mlm_loss"] for a, b in zip(ours, hf)]
+    first = min(100, len(ours))
+    final = {side: pair["evals"][side][-1] for side in ("bert_ds", "hf")}
+    return dict(
+        preset=pair["preset"], steps=pair["steps"], first_step_mlm_diff=diffs["mlm_loss"][0],
+        max_mlm_diff_first_100=max(diffs["mlm_loss"][:first]), max_nsp_diff_first_100=max(diffs["nsp_loss"][:first]),
+        max_mlm_relative_diff_first_100=max(relative[:first]), max_mlm_diff=max(diffs["mlm_loss"]),
+        mean_mlm_diff_last_100=statistics.mean(diffs["mlm_loss"][-100:]),
+        final_mlm_accuracy={s: f["eval/mlm_accuracy"] for s, f in final.items()},
+        final_nsp_accuracy={s: f["eval/nsp_accuracy"] for s, f in final.items()},
+        accuracy_gap_points=100 * (final["bert_ds"]["eval/mlm_accuracy"] - final["hf"]["eval/mlm_accuracy"]),
+        seconds=pair["seconds"],
+    )
+
+
+def _mean_std(values: list[float]) -> dict:
+    return dict(mean=statistics.mean(values), std=statistics.stdev(values) if len(values) > 1 else 0.0, values=values)
+
+
+def recipe_summary(pairs: list[dict]) -> dict:
+    final = {side: [p["evals"][side][-1] for p in pairs] for side in ("bert_ds", "hf")}
+    ratios, times = [], {"bert_ds": [], "hf": []}
+    for pair in pairs:
+        target = pair["evals"]["hf"][-1]["eval/mlm_accuracy"]
+        reached = {side: time_to(pair["evals"][side], target) for side in ("bert_ds", "hf")}
+        for side, seconds in reached.items():
+            times[side].append(seconds)
+        ratios.append(reached["bert_ds"] / reached["hf"] if reached["bert_ds"] is not None else None)
+    speed = {side: [p["steps"] / p["seconds"][side] for p in pairs] for side in ("bert_ds", "hf")}
+    return dict(
+        preset=pairs[0]["preset"], precision=pairs[0]["precision"], steps=pairs[0]["steps"], seeds=[p["seed"] for p in pairs],
+        mlm_accuracy={s: _mean_std([f["eval/mlm_accuracy"] for f in final[s]]) for s in final},
+        nsp_accuracy={s: _mean_std([f["eval/nsp_accuracy"] for f in final[s]]) for s in final},
+        accuracy_gap_points=100 * (statistics.mean(f["eval/mlm_accuracy"] for f in final["bert_ds"])
+                                   - statistics.mean(f["eval/mlm_accuracy"] for f in final["hf"])),
+        steps_per_second={s: _mean_std(v) for s, v in speed.items()},
+        seconds_to_hf_final_accuracy=times, time_to_accuracy_ratio=ratios,
+        mean_time_to_accuracy_ratio=statistics.mean(ratios) if all(r is not None for r in ratios) else None,
+    )
+
+
+def write_curves(pairs: list[dict], output: Path, name: str) -> Path:
+    from bert_ds.plot import main as plot
+
+    files, labels = [], []
+    for pair in pairs:
+        for side in ("bert_ds", "hf"):
+            path = output / f"{pair['mode']}-{pair['preset']}-{pair['precision']}-seed{pair['seed']}-{side}.jsonl"
+            path.write_text("".join(json.dumps(r) + "\n" for r in pair["records"][side] + pair["evals"][side]))
+            if pair["seed"] == pairs[0]["seed"]:
+                files.append(str(path))
+                labels.append(f"{side} {pair['precision']}")
+    png = output / f"{name}.png"
+    plot([*files, "--labels", *labels, "--x", "seconds", "--title", f"learning parity: {name}", "-o", str(png)])
+    return png
+
+
+def print_tables(results: dict) -> None:
+    for row in results["strict"]:
+        acc = row["final_mlm_accuracy"]
+        print(f"strict {row['preset']} fp32, {row['steps']} steps: step-1 MLM loss diff {row['first_step_mlm_diff']:.2e}; "
+              f"first 100 steps max |ΔMLM| {row['max_mlm_diff_first_100']:.2e} (relative {row['max_mlm_relative_diff_first_100']:.1e}), "
+              f"max |ΔNSP| {row['max_nsp_diff_first_100']:.2e}; all steps max |ΔMLM| {row['max_mlm_diff']:.3f}; "
+              f"held-out MLM accuracy bert_ds {acc['bert_ds']:.4f} vs HF {acc['hf']:.4f} ({row['accuracy_gap_points']:+.2f} points)")
+    if results["recipe"]:
+        print("| preset | precision | steps x seeds | MLM acc bert_ds | MLM acc HF | gap (points) | NSP acc bert_ds | NSP acc HF "
+              "| steps/s bert_ds | steps/s HF | time to HF's accuracy, bert_ds / HF |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in results["recipe"]:
+        m, n, s = row["mlm_accuracy"], row["nsp_accuracy"], row["steps_per_second"]
+        ratio = row["mean_time_to_accuracy_ratio"]
+        ratios = ", ".join("never" if r is None else f"{r:.2f}" for r in row["time_to_accuracy_ratio"])
+        print(f"| {row['preset']} | {row['precision']} | {row['steps']} x {len(row['seeds'])} | "
+              f"{m['bert_ds']['mean']:.4f} ± {m['bert_ds']['std']:.4f} | {m['hf']['mean']:.4f} ± {m['hf']['std']:.4f} | "
+              f"{row['accuracy_gap_points']:+.2f} | {n['bert_ds']['mean']:.3f} | {n['hf']['mean']:.3f} | "
+              f"{s['bert_ds']['mean']:.2f} | {s['hf']['mean']:.2f} | "
+              f"{'-' if ratio is None else f'{ratio:.2f}'} ({ratios}) |")
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", nargs="+", choices=["strict", "recipe"], default=["strict", "recipe"])
+    parser.add_argument("--presets", nargs="+", default=["mini"])
+    parser.add_argument("--strict-steps", type=int, default=300)
+    parser.add_argument("--recipe-steps", type=int, default=600)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
+                        help="recipe mode's precisions (strict mode is fp32)")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--seq-length", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--warmup-fraction", type=float, default=0.1)
+    parser.add_argument("--eval-interval", type=int, default=50)
+    parser.add_argument("--eval-samples", type=int, default=512)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    parser.add_argument("--output", default="runs/learning-parity")
+    parser.add_argument("--json", help="write the summaries to this file")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from bert_ds.training.config.args import parse_args
+    from bert_ds.training.plan.tokenizer import resolve_tokenizer
+
+    tokenizer = resolve_tokenizer(parse_args([]))
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    results = {"strict": [], "recipe": [], "threads": torch.get_num_threads(), "args": vars(args)}
+    for preset in args.presets:
+        if "strict" in args.modes:
+            pair = train_pair(args, tokenizer, "strict", preset, "fp32", 0)
+            results["strict"].append(dict(strict_summary(pair), curves=str(write_curves([pair], output, f"strict-{preset}"))))
+        if "recipe" in args.modes:
+            everything = []
+            for precision in args.precisions:
+                pairs = [train_pair(args, tokenizer, "recipe", preset, precision, seed) for seed in range(args.seeds)]
+                results["recipe"].append(recipe_summary(pairs))
+                everything += pairs
+            results["recipe_curves"] = str(write_curves(everything, output, f"recipe-{preset}"))
+    print_tables(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()

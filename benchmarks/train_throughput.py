@@ -1,0 +1,271 @@
+"""Training throughput: bert_ds's pre-training step against Hugging Face's, in one process.
+
+Three contestants, same preset, sequence length, batch, batches, precision and thread count
+(batches from the built-in sample corpus; the model vocabulary is BERT's 30522 entries):
+  - bert_ds: the real engine (training/job.py setup_engine with `--precision P`: DeepSpeed with the
+             default config; fp32 at one replica means ZeRO stage 0, bf16 is DeepSpeed's bf16
+             mode with fp32 masters in ZeRO-1's partition; our model, our loss in fp32);
+  - bare:    our model, loss and the same fused torch AdamW in a plain loop, without DeepSpeed
+             (the engine's own overhead is bert_ds / bare - 1); fp32 only: megatron's linear
+             layers do not run under CPU autocast, and a bare bf16 loop would need DeepSpeed's
+             fp32 masters, i.e. the engine itself;
+  - hf:      transformers.BertForPreTraining + torch AdamW (SDPA attention; foreach, torch's
+             fastest non-fused setting, better than its default loop on CPUs), labels -100
+             outside the masked positions, gradient clipping 1.0 like ours; in bf16 wrapped in
+             `torch.autocast(device, dtype=torch.bfloat16)`, the two lines a user would write.
+They run alternately (each repeat times every contestant once, after warm-up steps); the median
+over repeats is reported. Model FLOP/s use the same formula for all (training/loop/metrics.py: the
+useful maths, decoder on predicted positions only) and are compared with a large matrix multiply
+in the same precision, timed once per repeat next to the steps, median (MFU).
+
+`--precisions fp32 bf16` measures both in one run: JSON rows keyed "<preset>" (fp32) and
+"<preset>_bf16" with the same keys plus `speedup_vs_fp32` (bert_ds bf16 / bert_ds fp32, same run).
+
+Usage: python benchmarks/train_throughput.py [--presets base tiny] [--precisions fp32 bf16]
+       [--seq-length 128] [--batch 8] [--steps 4] [--warmup 2] [--repeats 5] [--threads N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def matmul_flops_per_s(precision: str, size: int = 2048, repeats: int = 10) -> float:
+    """FLOP/s of a large square matrix multiply on this device in `precision` (the MFU baseline)."""
+    from bert_ds.runtime.device import device, synchronize
+
+    if device().type != "cpu":
+        size, repeats = 8192, 50
+    a, b = (torch.randn(size, size, device=device(), dtype=DTYPES[precision]) for _ in range(2))
+    for _ in range(3):
+        a @ b
+    synchronize()
+    began = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    synchronize()
+    return 2 * size**3 * repeats / (time.perf_counter() - began)
+
+
+def fixed_batches(tokenizer, seq_length: int, batch: int, count: int) -> tuple[list[dict], float]:
+    """`count` batches from the real loader (main process), and the seconds it took per batch."""
+    from bert_ds.config import DataConfig
+    from bert_ds.data.loader import PretrainingLoader
+    from bert_ds.data.sources import sample_sources
+
+    from bert_ds.runtime.device import device
+    from bert_ds.runtime.device import to_device
+
+    loader = PretrainingLoader(sample_sources(), tokenizer, DataConfig(seq_length=seq_length, micro_batch_size=batch, seed=7))
+    iterator = iter(loader)
+    next(iterator)  # opening the sources is not per-batch work
+    began = time.perf_counter()
+    batches = [to_device(next(iterator), device()) for _ in range(count)]
+    return batches, (time.perf_counter() - began) / count
+
+
+class BertDs:
+    name = "bert_ds"
+
+    def __init__(self, preset: str, seq_length: int, batch: int, vocab_size: int, precision: str, zero_stage=None):
+        from bert_ds.training import job
+        from bert_ds.training.plan.resolve import run_model_config
+        from bert_ds.training.config.args import parse_args
+
+        run = parse_args(["--preset", preset, "--seq-length", str(seq_length), "--global-batch-size", str(batch),
+                          "--micro-batch-size", str(batch), "--lr", "1e-4", "--precision", precision]
+                         + (["--zero-stage", str(zero_stage)] if zero_stage is not None else []))
+        # The model's vocabulary is BERT's (30522, padded to 30592), whatever tokenizer made the batches.
+        self.model_config = run_model_config(run, vocab_size)
+        self.layout = job.setup_parallel(run, self.model_config)
+        self.engine, self.model, _ = job.setup_engine(run, self.model_config, self.layout)
+
+    def step(self, batch: dict) -> None:
+        from bert_ds.training.loop.steps import plain_step
+
+        plain_step(self.engine, iter([batch]), 1, self.layout)
+
+
+class Bare:
+    """Our model and loss in a plain torch loop: what DeepSpeed's engine adds is measured against it."""
+
+    name = "bare"
+
+    def __init__(self, reference: BertDs, precision: str):
+        from bert_ds.model import build_model
+        from bert_ds.training.engine.optim import parameter_groups
+
+        self.layout = reference.layout
+        self.model, self.precision = build_model(reference.model_config, reference.layout), precision
+        # The engine's own optimizer setting (fused AdamW), so the difference is DeepSpeed's bookkeeping.
+        self.optimizer = torch.optim.AdamW(parameter_groups(self.model, 0.01), lr=1e-4, eps=1e-6, fused=True)
+
+    def step(self, batch: dict) -> None:
+        from bert_ds.runtime.device import autocast
+        from bert_ds.model.loss import pretraining_loss
+
+        mask = batch["loss_mask"]
+        with autocast(self.precision):
+            out = self.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], mask)
+            losses = pretraining_loss(out.mlm_logits, batch["labels"][mask], out.nsp_logits, batch["next_sentence_label"],
+                                      tp_group=self.layout.tp_group)
+        losses.loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+class HuggingFace:
+    name = "hf"
+
+    def __init__(self, model_config, precision: str):
+        import transformers
+
+        from bert_ds.runtime.device import device, is_gpu
+
+        config = transformers.BertConfig(
+            vocab_size=model_config.vocab_size, hidden_size=model_config.hidden_size,
+            num_hidden_layers=model_config.num_layers, num_attention_heads=model_config.num_attention_heads,
+            intermediate_size=model_config.ffn_hidden_size, attn_implementation="sdpa",
+        )
+        self.model, self.precision = transformers.BertForPreTraining(config).to(device()).train(), precision
+        decay = [p for n, p in self.model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
+        rest = [p for n, p in self.model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
+        # The best torch AdamW for the device (fused on GPUs, foreach on CPUs), not its slow default loop.
+        fused = is_gpu(device().type)
+        groups = [{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}]
+        self.optimizer = torch.optim.AdamW(groups, lr=1e-4, eps=1e-6, foreach=not fused, fused=fused)
+
+    def step(self, batch: dict) -> None:
+        from bert_ds.runtime.device import autocast
+
+        labels = batch["labels"].masked_fill(~batch["loss_mask"], -100)
+        with autocast(self.precision):
+            out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             token_type_ids=batch["token_type_ids"], labels=labels,
+                             next_sentence_label=batch["next_sentence_label"])
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def time_steps(system, batches: list[dict], steps: int, offset: int) -> float:
+    from bert_ds.runtime.device import synchronize
+
+    synchronize()
+    began = time.perf_counter()
+    for i in range(steps):
+        system.step(batches[(offset + i) % len(batches)])
+    synchronize()
+    return (time.perf_counter() - began) / steps
+
+
+def measure(preset: str, precision: str, args, tokenizer) -> dict:
+    from bert_ds.training.loop.metrics import bert_flops_per_sequence
+
+    ours = BertDs(preset, args.seq_length, args.batch, args.vocab_size, precision, args.zero_stage)
+    systems = [ours, HuggingFace(ours.model_config, precision)]
+    if precision == "fp32":
+        systems.insert(1, Bare(ours, precision))
+    batches, loader_seconds = fixed_batches(tokenizer, args.seq_length, args.batch, 8)
+    tokens = statistics.mean(float(b["attention_mask"].sum()) for b in batches)
+    predicted = statistics.mean(float(b["loss_mask"].sum()) for b in batches) / args.batch
+    warm = [time_steps(system, batches, args.warmup, 0) for system in systems]
+    # At least ~1 s per timed block, so that millisecond steps (tiny) are not timed in noise.
+    steps = max(args.steps, math.ceil(1.0 / min(warm)))
+    seconds, matmul_rates = {s.name: [] for s in systems}, []
+    for repeat in range(args.repeats):
+        for system in systems:
+            seconds[system.name].append(time_steps(system, batches, steps, repeat * steps))
+        # The baseline is timed in every repeat too, so it sees the machine as the steps did.
+        matmul_rates.append(matmul_flops_per_s(precision))
+    step = {name: statistics.median(values) for name, values in seconds.items()}
+    matmul = statistics.median(matmul_rates)
+    config = ours.model_config
+    flops = bert_flops_per_sequence(config.num_layers, config.hidden_size, config.vocab_size, args.seq_length, predicted) * args.batch
+    figures = dict(
+        preset=preset, seq_length=args.seq_length, batch=args.batch, threads=torch.get_num_threads(),
+        precision=precision, device=str(ours.layout.device), timed_steps_per_repeat=steps,
+        bert_ds_tokens_per_s=tokens / step["bert_ds"], hf_tokens_per_s=tokens / step["hf"],
+        bare_tokens_per_s=tokens / step["bare"] if "bare" in step else None, ratio=step["hf"] / step["bert_ds"],
+        mfu=flops / step["bert_ds"] / matmul, hf_mfu=flops / step["hf"] / matmul,
+        engine_overhead=step["bert_ds"] / step["bare"] - 1 if "bare" in step else None, step_seconds=step,
+        matmul_flops_per_s=matmul,
+        # Without DataLoader workers the loader runs on the training process: its share of a step.
+        data_share=loader_seconds / (loader_seconds + step["bert_ds"]),
+    )
+    from bert_ds.runtime.distributed import teardown_parallel
+
+    teardown_parallel()
+    return figures
+
+
+def main(argv=None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=["base", "tiny"])
+    parser.add_argument("--seq-length", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat (at least ~1 s of them)")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    parser.add_argument("--zero-stage", type=int, default=None, help="override the engine's ZeRO stage (default: zero1)")
+    parser.add_argument("--vocab-size", type=int, default=30522, help="model vocabulary (BERT's uncased WordPiece)")
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16", "fp16"], default=["fp32"],
+                        help="each measured in this run (fp16: GPUs only)")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from bert_ds.runtime.device import device
+    from bert_ds.runtime.host_memory import tune_malloc_for_training
+
+    # bert_ds does this once its engine is built (at ZeRO-0, the default for one fp32 replica);
+    # here it comes first, so the matrix-multiply baseline and Hugging Face get the same malloc.
+    tune_malloc_for_training(device().type, args.zero_stage or 0)
+
+    from bert_ds.training.plan.tokenizer import resolve_tokenizer
+    from bert_ds.training.config.args import parse_args
+
+    tokenizer = resolve_tokenizer(parse_args([]))
+    results = [measure(preset, precision, args, tokenizer) for preset in args.presets for precision in args.precisions]
+    fp32 = {r["preset"]: r for r in results if r["precision"] == "fp32"}
+    for r in results:
+        base = fp32.get(r["preset"])
+        if r["precision"] != "fp32":
+            r["speedup_vs_fp32"] = r["bert_ds_tokens_per_s"] / base["bert_ds_tokens_per_s"] if base else None
+    for precision in args.precisions:
+        rates = ", ".join(f"{r['matmul_flops_per_s'] / 1e9:.1f}" for r in results if r["precision"] == precision)
+        print(f"{precision} matrix multiply (median per preset): {rates} GFLOP/s ({results[0]['device']}, "
+              f"{torch.get_num_threads()} threads)")
+    print("| preset | precision | seq x batch | bert_ds tokens/s | HF tokens/s | bert_ds / HF | MFU bert_ds | MFU HF "
+          "| bert_ds vs its fp32 | engine overhead | data share (0 workers) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        speedup = f"{r['speedup_vs_fp32']:.2f}x" if r.get("speedup_vs_fp32") else "-"
+        overhead = f"{r['engine_overhead']:+.1%}" if r["engine_overhead"] is not None else "-"
+        print(f"| {r['preset']} | {r['precision']} | {r['seq_length']} x {r['batch']} | {r['bert_ds_tokens_per_s']:,.0f} | "
+              f"{r['hf_tokens_per_s']:,.0f} | {r['ratio']:.2f} | {r['mfu']:.1%} | {r['hf_mfu']:.1%} | {speedup} | "
+              f"{overhead} | {r['data_share']:.1%} |")
+    if args.json:
+        keyed = {r["preset"] + ("" if r["precision"] == "fp32" else f"_{r['precision']}"): r for r in results}
+        Path(args.json).write_text(json.dumps(keyed, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,2 @@
+"""Records -> documents of sentences: record layouts (layouts.py), cleaning and paragraphs
+(cleaning.py), sentence splitters (splitters.py)."""
