@@ -1,4 +1,4 @@
-"""The paper's two masks (DESIGN invariant 5) and the causal mode of the LTR ablation."""
+"""The paper's two masks (loss_mask and attention_mask, kept apart) and the causal mode of the LTR ablation."""
 
 import pytest
 import torch

@@ -5,7 +5,7 @@ mask depends on nothing but its key: static masking keys an example by its conte
 example always gets the same mask), dynamic masking by its occurrence in the stream (new masks
 every epoch). The whole batch is drawn with a handful of numpy operations.
 
-Two masks, kept apart as DESIGN invariant 5 asks: `loss_mask` (positions whose original token
+Two masks, kept apart (docs/architecture.md, invariants): `loss_mask` (positions whose original token
 is predicted: all selected positions, unchanged ones included) and `attention_mask` (real tokens
 vs padding). Unselected positions are ordinary inputs and stay in the computation graph.
 """
