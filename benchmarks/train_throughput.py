@@ -65,9 +65,7 @@ def fixed_batches(tokenizer, seq_length: int, batch: int, count: int) -> tuple[l
     from bert_ds.config import DataConfig
     from bert_ds.data.loader import PretrainingLoader
     from bert_ds.data.sources import sample_sources
-
-    from bert_ds.runtime.device import device
-    from bert_ds.runtime.device import to_device
+    from bert_ds.runtime.device import device, to_device
 
     loader = PretrainingLoader(sample_sources(), tokenizer, DataConfig(seq_length=seq_length, micro_batch_size=batch, seed=7))
     iterator = iter(loader)
