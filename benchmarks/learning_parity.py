@@ -302,6 +302,31 @@ def write_curves(pairs: list[dict], output: Path, name: str) -> Path:
     return png
 
 
+def plot_mean_curves(pairs: list[dict], png: Path) -> Path:
+    """Held-out MLM accuracy against training seconds, seed-mean curves of both sides for each
+    precision, with the accuracy HF ends at marked: time to accuracy as a picture."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    precisions = sorted({p["precision"] for p in pairs}, key=["fp32", "bf16"].index)
+    figure, axes = plt.subplots(1, len(precisions), figsize=(6 * len(precisions), 4), squeeze=False)
+    for axis, precision in zip(axes[0], precisions):
+        chosen = [p for p in pairs if p["precision"] == precision]
+        for side in ("bert_ds", "hf"):
+            curve = mean_curve(chosen, side)
+            axis.plot([x["train_seconds"] for x in curve], [x["eval/mlm_accuracy"] for x in curve],
+                      marker="o", markersize=3, label=f"{side} (mean of {len(chosen)} seeds)")
+        axis.axhline(mean_curve(chosen, "hf")[-1]["eval/mlm_accuracy"], color="grey", linestyle=":", label="HF's final accuracy")
+        axis.set(title=f"{chosen[0]['preset']} {precision}: held-out MLM accuracy", xlabel="training seconds", ylabel="accuracy")
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(png, dpi=110)
+    return png
+
+
 def print_tables(results: dict) -> None:
     for row in results["strict"]:
         acc = row["final_mlm_accuracy"]
@@ -367,6 +392,8 @@ def main(argv=None) -> dict:
                 results["strict"] += [strict_summary(pair) for pair in read_pairs(Path(args.output), "strict", preset)]
             if "recipe" in args.modes:
                 pairs = read_pairs(Path(args.output), "recipe", preset)
+                if pairs:
+                    results["recipe_mean_curves"] = str(plot_mean_curves(pairs, Path(args.output) / f"recipe-{preset}-mean.png"))
                 for precision in args.precisions:
                     chosen = [p for p in pairs if p["precision"] == precision]
                     if chosen:
@@ -395,6 +422,7 @@ def main(argv=None) -> dict:
                 results["recipe"].append(recipe_summary(pairs))
                 everything += pairs
             results["recipe_curves"] = str(write_curves(everything, output, f"recipe-{preset}"))
+            results["recipe_mean_curves"] = str(plot_mean_curves(everything, output / f"recipe-{preset}-mean.png"))
     print_tables(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
