@@ -46,13 +46,14 @@ def tokenizer_choice(run) -> Optional[str]:
     )
 
 
-def resolve_tokenizer(run):
-    """The run's tokenizer (see `tokenizer_choice`); the sample's is trained on first use."""
+def resolve_tokenizer(run, train: bool = True):
+    """The run's tokenizer (see `tokenizer_choice`); the sample's is trained on first use, or
+    without `train` (a dry run trains nothing) None while it is not cached yet."""
     choice = tokenizer_choice(run)
     if choice is not None:
         return load_tokenizer(choice, run.data.lowercase)
     refuse_lowercase_for_sample(run)
-    return sample_tokenizer()
+    return sample_tokenizer() if train else cached_sample_tokenizer()
 
 
 def sample_tokenizer():
@@ -91,11 +92,7 @@ def describe_tokenizer(tokenizer) -> tuple[object, str, int]:
 def planned_tokenizer(run) -> tuple[object, str, int]:
     """`describe_tokenizer` of the run's tokenizer for a plan made without it (a dry run): loaded,
     but never trained; the sample's, when not cached yet, is described by its size limit."""
-    choice = tokenizer_choice(run)
-    if choice is not None:
-        return describe_tokenizer(load_tokenizer(choice, run.data.lowercase))
-    refuse_lowercase_for_sample(run)
-    tokenizer = cached_sample_tokenizer()
+    tokenizer = resolve_tokenizer(run, train=False)
     if tokenizer is None:
         return None, f"sentencepiece, trained on the sample at start (at most {SAMPLE_VOCAB_SIZE} entries)", SAMPLE_VOCAB_SIZE
     return describe_tokenizer(tokenizer)
