@@ -10,8 +10,16 @@ from pathlib import Path
 
 from tests.support.helpers import REPO
 
-ENTRYPOINTS = ("bert_ds/pretrain.py", "bert_ds/finetune/glue.py", "bert_ds/finetune/squad.py",
-               "bert_ds/finetune/swag.py", "bert_ds/finetune/ner.py")
+from bert_ds.finetune.task import TASK_FILES, finetune_task
+
+# Every fine-tuning task of the registry runs by its own file's path.
+ENTRYPOINTS = ("bert_ds/pretrain.py", *(finetune_task(name).script for name in TASK_FILES))
+
+
+def test_every_registered_task_names_its_own_file():
+    for name, module in TASK_FILES.items():
+        script = finetune_task(name).script
+        assert script == module.replace(".", "/") + ".py" and (Path(REPO) / script).is_file(), (name, script)
 
 
 def test_no_module_beside_an_entrypoint_shadows_an_importable_one():

@@ -23,7 +23,7 @@ from bert_ds.finetune.data.tasks import FinetuneDataError
 from bert_ds.options import HelpFormatter, refuse_empty_values
 
 
-def _one_task(args) -> list[str]:
+def _one_task(args) -> list[Optional[str]]:
     return [None]
 
 
