@@ -8,9 +8,13 @@ multiplies take (mm, addmm, bmm, baddbmm and SDPA's kernels) and the rest, "non-
 element-wise work, dtype copies, norms, the optimizer. `--accumulation N` profiles the recipe's
 shape: N micro batches of `--micro-batch` per optimizer step.
 
+`--code DIR` profiles another checkout of bert_ds (a `git worktree` of an older commit) with this
+script, so two commits are compared on one machine in one sitting; checkouts from before the
+package's restructuring (commit 754544b and earlier) are read through their old module paths.
+
 Usage: python benchmarks/step_profile.py [--preset base] [--precision bf16] [--seq-length 128]
        [--micro-batch 8] [--accumulation 1] [--warmup 2] [--steps 3] [--top 25] [--threads N]
-       [--json PATH]
+       [--code DIR] [--json PATH]
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+HERE = Path(__file__).resolve().parents[1]
 
 MATRIX_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
               "aten::_scaled_dot_product_flash_attention_for_cpu",
@@ -31,31 +35,49 @@ MATRIX_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
 
 
 def build(args):
-    """The engine, its layout and a list of batches for `args`' shape."""
+    """The engine, its layout, a list of batches for `args`' shape and the step function."""
+    micro, global_batch = args.micro_batch, args.micro_batch * args.accumulation
+    argv = ["--preset", args.preset, "--seq-length", str(args.seq_length), "--global-batch-size", str(global_batch),
+            "--micro-batch-size", str(micro), "--lr", "1e-4", "--precision", args.precision]
+    try:
+        from bert_ds.training.config.args import parse_args
+    except ImportError:
+        return _build_before_restructure(args, argv)
     from bert_ds.training import job
-    from bert_ds.training.config.args import parse_args
+    from bert_ds.training.loop.steps import plain_step
     from bert_ds.training.plan.resolve import run_model_config
+    from bert_ds.training.plan.tokenizer import resolve_tokenizer
     from benchmarks.train_throughput import fixed_batches
 
-    micro, global_batch = args.micro_batch, args.micro_batch * args.accumulation
-    run = parse_args(["--preset", args.preset, "--seq-length", str(args.seq_length), "--global-batch-size", str(global_batch),
-                      "--micro-batch-size", str(micro), "--lr", "1e-4", "--precision", args.precision])
+    run = parse_args(argv)
     model_config = run_model_config(run, 30522)
     layout = job.setup_parallel(run, model_config)
     engine, _, setup = job.setup_engine(run, model_config, layout)
-    from bert_ds.training.plan.tokenizer import resolve_tokenizer
-
     batches, _ = fixed_batches(resolve_tokenizer(parse_args([])), args.seq_length, micro, args.accumulation * 2)
-    return engine, layout, batches, setup
+    return engine, layout, batches, setup, plain_step
+
+
+def _build_before_restructure(args, argv):
+    """The same for a checkout from before the restructuring (its modules had other paths)."""
+    from types import SimpleNamespace
+
+    from bert_ds.training import job
+    from bert_ds.training.args import parse_args
+    from bert_ds.training.steps import plain_step
+    from bert_ds.training.tokenizer_setup import resolve_tokenizer
+    from tests.bench.train_throughput import fixed_batches
+
+    run = parse_args(argv)
+    model_config, layout = job.setup_parallel(run, SimpleNamespace(vocab_size=30522))
+    engine, _, setup = job.setup_engine(run, model_config, layout)
+    batches, _ = fixed_batches(resolve_tokenizer(parse_args([])), args.seq_length, args.micro_batch, args.accumulation * 2)
+    return engine, layout, batches, setup, plain_step
 
 
 def profile(args) -> dict:
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
-    from bert_ds.runtime.device import synchronize
-    from bert_ds.training.loop.steps import plain_step
-
-    engine, layout, batches, setup = build(args)
+    engine, layout, batches, setup, plain_step = build(args)
 
     def step(i: int) -> None:
         chosen = batches[(i % 2) * args.accumulation:(i % 2 + 1) * args.accumulation]
@@ -63,19 +85,24 @@ def profile(args) -> dict:
 
     for i in range(args.warmup):
         step(i)
-    synchronize()
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
         for i in range(args.steps):
             step(i)
-        synchronize()
     rows = [(e.key, e.self_cpu_time_total / 1e6 / args.steps, e.count // args.steps) for e in prof.key_averages()]
     rows = sorted((r for r in rows if r[1] > 0), key=lambda r: -r[1])
     total = sum(seconds for _, seconds, _ in rows)
     matrix = sum(seconds for name, seconds, _ in rows if name in MATRIX_OPS)
-    return dict(preset=args.preset, precision=args.precision, zero_stage=setup.zero_stage,
+    return dict(code=_commit(args.code), preset=args.preset, precision=args.precision, zero_stage=setup.zero_stage,
                 shape=f"{args.seq_length} x {args.micro_batch} x {args.accumulation}", threads=torch.get_num_threads(),
                 seconds_per_step=total, matrix_seconds=matrix, non_matrix_seconds=total - matrix,
                 matrix_share=matrix / total, ops=[dict(op=n, seconds=s, calls=c) for n, s, c in rows])
+
+
+def _commit(code: Path) -> str:
+    import subprocess
+
+    found = subprocess.run(["git", "-C", str(code), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return found.stdout.strip() or str(code)
 
 
 def main(argv=None) -> dict:
@@ -89,12 +116,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--code", type=Path, default=HERE, help="the bert_ds checkout to profile (default: this one)")
     parser.add_argument("--json", help="write the profile to this file")
     args = parser.parse_args(argv)
+    sys.path.insert(0, str(args.code.resolve()))
     if args.threads:
         torch.set_num_threads(args.threads)
     result = profile(args)
-    print(f"{result['preset']} {result['precision']} (ZeRO-{result['zero_stage']}), {result['shape']}, "
+    print(f"{result['code']}: {result['preset']} {result['precision']} (ZeRO-{result['zero_stage']}), {result['shape']}, "
           f"{result['threads']} threads: {result['seconds_per_step']:.3f} s of op self time per step; matrix "
           f"{result['matrix_seconds']:.3f} s ({100 * result['matrix_share']:.1f}%), non-matrix "
           f"{result['non_matrix_seconds']:.3f} s")
@@ -103,9 +132,6 @@ def main(argv=None) -> dict:
         print(f"| `{row['op']}` | {row['seconds']:.4f} | {100 * row['seconds'] / result['seconds_per_step']:.1f}% | {row['calls']} |")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-    from bert_ds.runtime.distributed import teardown_parallel
-
-    teardown_parallel()
     return result
 
 

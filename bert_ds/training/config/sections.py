@@ -82,7 +82,8 @@ class ParallelOptions:
         from bert_ds.training.engine.ds_config import build_deepspeed_config
 
         return build_deepspeed_config(self.deepspeed_config, batch, device_type, zero_stage=self.zero_stage,
-                                      pipeline_parallel=pipeline_parallel, clip_grad=clip_grad, precision=self.precision)
+                                      pipeline_parallel=pipeline_parallel, tensor_parallel=self.tensor_parallel,
+                                      clip_grad=clip_grad, precision=self.precision)
 
 
 @dataclass

@@ -71,14 +71,19 @@ class DeepSpeedSetup(NamedTuple):
         return self.config["zero_optimization"].get("stage", 0)
 
     @property
+    def keeps_own_masters(self) -> bool:
+        """bf16 with bert_ds's fp32 masters (training/engine/master_weights.py): one replica, no ZeRO;
+        DeepSpeed's own bf16 section is then off, so it neither casts the model nor wraps the optimizer."""
+        return self.precision.name == "bf16" and not self.config.get("bf16", {}).get("enabled")
+
+    @property
     def offloaded(self) -> bool:
         """Whether ZeRO-Offload steps the optimizer on the CPU."""
-        offload = self.config["zero_optimization"].get("offload_optimizer") or {}
-        return offload.get("device", "none") != "none"
+        return _offloaded(self.config["zero_optimization"])
 
 
 def build_deepspeed_config(name_or_path: str, batch, device_type: str, *, zero_stage=None, pipeline_parallel: int = 1,
-                           clip_grad: float = 1.0, precision: str = "auto") -> DeepSpeedSetup:
+                           tensor_parallel: int = 1, clip_grad: float = 1.0, precision: str = "auto") -> DeepSpeedSetup:
     """The config dict for deepspeed.initialize, notes worth telling the user, and the precision.
 
     `batch` is the run's BatchPlan (training/config/batch_plan.py); `zero_stage` overrides the file's;
@@ -137,6 +142,15 @@ def build_deepspeed_config(name_or_path: str, batch, device_type: str, *, zero_s
             "nothing and only copy every gradient and weight each step; using stage 0 (--zero-stage overrides)."
         )
         zero["stage"] = 0
+    single_rank = batch.data_parallel == 1 and tensor_parallel == 1 and pipeline_parallel == 1
+    if choice.name == "bf16" and single_rank and zero_stage in (None, 0) and zero.get("stage", 0) < 3 and not _offloaded(zero):
+        if zero.get("stage", 0) != 0:
+            notes.append(
+                f"{path.name}: one replica in bf16, so ZeRO stage {zero['stage']} would partition nothing; bert_ds keeps "
+                "the fp32 master weights itself, without DeepSpeed's flat copies, at stage 0 (--zero-stage overrides)."
+            )
+            zero["stage"] = 0
+        config["bf16"]["enabled"] = False
     config.setdefault("steps_per_print", 10**9)  # bert_ds logs progress itself
     return DeepSpeedSetup(config, notes, choice)
 
@@ -167,8 +181,11 @@ def _partitions_nothing(config: dict, data_parallel: int, pipeline_clipping: boo
     zero = config["zero_optimization"]
     if any(config.get(p, {}).get("enabled") for p in ("bf16", "fp16")):
         return False
-    offloaded = (zero.get("offload_optimizer") or {}).get("device", "none") != "none"
-    return data_parallel == 1 and zero.get("stage", 0) in (1, 2) and not offloaded and not pipeline_clipping
+    return data_parallel == 1 and zero.get("stage", 0) in (1, 2) and not _offloaded(zero) and not pipeline_clipping
+
+
+def _offloaded(zero: dict) -> bool:
+    return (zero.get("offload_optimizer") or {}).get("device", "none") != "none"
 
 
 def configured_precision(requested: str, name_or_path: str, device_type: str) -> PrecisionChoice:

@@ -142,15 +142,20 @@ def build_optimizer(settings: OptimizerSettings, model: torch.nn.Module, device_
 
     Without ZeRO (stage 0) the optimizer itself skips non-finite steps (ZeRO's does it otherwise).
     """
-    groups = parameter_groups(model, settings.weight_decay)
+    return optimizer_over(settings, parameter_groups(model, settings.weight_decay), device_type, offloaded,
+                          skips_non_finite=zero_stage == 0)
+
+
+def optimizer_over(settings: OptimizerSettings, groups: list[dict], device_type: str, offloaded: bool = False,
+                   skips_non_finite: bool = False) -> torch.optim.Optimizer:
+    """AdamW or LAMB over parameter `groups` (also the fp32 masters of training/engine/master_weights.py)."""
     common = dict(lr=settings.lr, betas=settings.betas, eps=settings.eps)
-    plain = zero_stage == 0
     if settings.name == "lamb":
         if is_gpu(device_type):
             from deepspeed.ops.lamb import FusedLamb
 
             return FusedLamb(groups, **common)
-        return (_SkippingLamb if plain else Lamb)(groups, **common)
+        return (_SkippingLamb if skips_non_finite else Lamb)(groups, **common)
     if offloaded:
         # ZeRO-Offload steps the optimizer on the CPU; DeepSpeed's CPU Adam is its fast path.
         from deepspeed.ops.adam import DeepSpeedCPUAdam
@@ -158,7 +163,7 @@ def build_optimizer(settings: OptimizerSettings, model: torch.nn.Module, device_
         return DeepSpeedCPUAdam(groups, adamw_mode=True, **common)
     # torch's fused AdamW (CPU and GPU): one pass over each tensor instead of one per operation;
     # on a CPU it steps BERT-base's 110M parameters about 5x faster than the foreach version.
-    return (_SkippingAdamW if plain else torch.optim.AdamW)(groups, fused=True, **common)
+    return (_SkippingAdamW if skips_non_finite else torch.optim.AdamW)(groups, fused=True, **common)
 
 
 def warmup_linear_decay(warmup_steps: int, total_steps: int):
