@@ -9,12 +9,14 @@ element-wise work, dtype copies, norms, the optimizer. `--accumulation N` profil
 shape: N micro batches of `--micro-batch` per optimizer step.
 
 `--code DIR` profiles another checkout of bert_ds (a `git worktree` of an older commit) with this
-script, so two commits are compared on one machine in one sitting; checkouts from before the
-package's restructuring (commit 754544b and earlier) are read through their old module paths.
+script; checkouts from before the package's restructuring (commit 754544b and earlier) are read
+through their old module paths. `--code A B --rounds N` compares checkouts in one sitting: N
+rounds, each profiling every checkout in a fresh process in turn, and a table of the medians
+(a single profile of a step moves by 10-30% from run to run on a shared 2-core machine).
 
 Usage: python benchmarks/step_profile.py [--preset base] [--precision bf16] [--seq-length 128]
        [--micro-batch 8] [--accumulation 1] [--warmup 2] [--steps 3] [--top 25] [--threads N]
-       [--code DIR] [--json PATH]
+       [--code DIR [DIR ...]] [--rounds N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -74,9 +76,23 @@ def _build_before_restructure(args, argv):
     return engine, layout, batches, setup, plain_step
 
 
-def profile(args) -> dict:
+def op_table(step, steps: int) -> dict:
+    """torch.profiler's per-op self time of `steps` calls of `step()`, per call: the total, the
+    matrix multiplies' part, the rest ("non-matrix") and every op, largest first."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(steps):
+            step(i)
+    rows = [(e.key, e.self_cpu_time_total / 1e6 / steps, e.count // steps) for e in prof.key_averages()]
+    rows = sorted((r for r in rows if r[1] > 0), key=lambda r: -r[1])
+    total = sum(seconds for _, seconds, _ in rows)
+    matrix = sum(seconds for name, seconds, _ in rows if name in MATRIX_OPS)
+    return dict(seconds_per_step=total, matrix_seconds=matrix, non_matrix_seconds=total - matrix,
+                matrix_share=matrix / total, ops=[dict(op=n, seconds=s, calls=c) for n, s, c in rows])
+
+
+def profile(args) -> dict:
     engine, layout, batches, setup, plain_step = build(args)
 
     def step(i: int) -> None:
@@ -85,17 +101,9 @@ def profile(args) -> dict:
 
     for i in range(args.warmup):
         step(i)
-    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-        for i in range(args.steps):
-            step(i)
-    rows = [(e.key, e.self_cpu_time_total / 1e6 / args.steps, e.count // args.steps) for e in prof.key_averages()]
-    rows = sorted((r for r in rows if r[1] > 0), key=lambda r: -r[1])
-    total = sum(seconds for _, seconds, _ in rows)
-    matrix = sum(seconds for name, seconds, _ in rows if name in MATRIX_OPS)
     return dict(code=_commit(args.code), preset=args.preset, precision=args.precision, zero_stage=setup.zero_stage,
                 shape=f"{args.seq_length} x {args.micro_batch} x {args.accumulation}", threads=torch.get_num_threads(),
-                seconds_per_step=total, matrix_seconds=matrix, non_matrix_seconds=total - matrix,
-                matrix_share=matrix / total, ops=[dict(op=n, seconds=s, calls=c) for n, s, c in rows])
+                **op_table(step, args.steps))
 
 
 def _commit(code: Path) -> str:
@@ -103,6 +111,49 @@ def _commit(code: Path) -> str:
 
     found = subprocess.run(["git", "-C", str(code), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return found.stdout.strip() or str(code)
+
+
+def compare(args, argv: list[str]) -> dict:
+    """Profile each checkout `args.rounds` times, alternating (so each sees the machine as the
+    others did), each in its own process; print and return the median op times per checkout."""
+    import statistics
+    import subprocess
+    import tempfile
+
+    passed = [a for i, a in enumerate(argv) if not _is_compare_option(argv, i)]
+    runs: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for round_ in range(args.rounds):
+            for code in args.code:
+                out = Path(scratch) / f"{round_}-{len(runs.get(str(code), []))}-{code.name}.json"
+                subprocess.run([sys.executable, __file__, *passed, "--code", str(code), "--json", str(out), "--top", "0"],
+                               check=True, stdout=subprocess.DEVNULL)
+                runs.setdefault(str(code), []).append(json.loads(out.read_text()))
+    summary = {}
+    print(f"medians of {args.rounds} round(s), {args.preset} {args.precision} {args.seq_length} x {args.micro_batch} x "
+          f"{args.accumulation}, {args.steps} profiled steps each:")
+    print("| checkout | op self time per step (s) | matrix (s) | non-matrix (s) | non-matrix share | copy_ (s) |")
+    print("|---|---|---|---|---|---|")
+    for code, results in runs.items():
+        copies = [sum(o["seconds"] for o in r["ops"] if o["op"] == "aten::copy_") for r in results]
+        row = {key: statistics.median(r[key] for r in results)
+               for key in ("seconds_per_step", "matrix_seconds", "non_matrix_seconds")}
+        row.update(code=results[0]["code"], copy_seconds=statistics.median(copies), rounds=results)
+        summary[code] = row
+        print(f"| {row['code']} | {row['seconds_per_step']:.3f} | {row['matrix_seconds']:.3f} | {row['non_matrix_seconds']:.3f} | "
+              f"{row['non_matrix_seconds'] / row['seconds_per_step']:.1%} | {row['copy_seconds']:.3f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def _is_compare_option(argv: list[str], index: int) -> bool:
+    """Whether argv[index] belongs to --code, --rounds or --json (the comparison's own options)."""
+    own = ("--code", "--rounds", "--json")
+    if argv[index].split("=")[0] in own:
+        return True
+    previous = next((argv[j] for j in range(index - 1, -1, -1) if argv[j].startswith("--")), None)
+    return previous in own and "=" not in previous
 
 
 def main(argv=None) -> dict:
@@ -116,9 +167,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--code", type=Path, default=HERE, help="the bert_ds checkout to profile (default: this one)")
+    parser.add_argument("--code", type=Path, nargs="+", default=[HERE],
+                        help="the bert_ds checkout(s) to profile (default: this one); with several, or with --rounds, "
+                             "each round profiles each in a fresh process, in turn, and medians are compared")
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--json", help="write the profile to this file")
     args = parser.parse_args(argv)
+    if len(args.code) > 1 or args.rounds > 1:
+        return compare(args, argv if argv is not None else sys.argv[1:])
+    args.code = args.code[0]
     sys.path.insert(0, str(args.code.resolve()))
     if args.threads:
         torch.set_num_threads(args.threads)

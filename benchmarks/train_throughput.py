@@ -3,8 +3,8 @@
 Three contestants, same preset, sequence length, batch, batches, precision and thread count
 (batches from the built-in sample corpus; the model vocabulary is BERT's 30522 entries):
   - bert_ds: the real engine (training/job.py setup_engine with `--precision P`: DeepSpeed with the
-             default config; fp32 at one replica means ZeRO stage 0, bf16 is DeepSpeed's bf16
-             mode with fp32 masters in ZeRO-1's partition; our model, our loss in fp32);
+             default config; at one replica that is ZeRO stage 0, in bf16 with bert_ds's own fp32
+             masters (training/engine/master_weights.py); our model, our loss in fp32);
   - bare:    our model, loss and the same fused torch AdamW in a plain loop, without DeepSpeed
              (the engine's own overhead is bert_ds / bare - 1); fp32 only: megatron's linear
              layers do not run under CPU autocast, and a bare bf16 loop would need DeepSpeed's
@@ -20,9 +20,13 @@ in the same precision, timed once per repeat next to the steps, median (MFU).
 
 `--precisions fp32 bf16` measures both in one run: JSON rows keyed "<preset>" (fp32) and
 "<preset>_bf16" with the same keys plus `speedup_vs_fp32` (bert_ds bf16 / bert_ds fp32, same run).
+`--accumulation N` times the recipe's shape: N micro batches of `--batch` per optimizer step, on
+every contestant (keys gain "_xN"). After the timing, two of bert_ds's steps are profiled
+(step_profile.py op_table): the "non-matrix share" column is the part of its op time that is
+not matrix multiplication.
 
 Usage: python benchmarks/train_throughput.py [--presets base tiny] [--precisions fp32 bf16]
-       [--seq-length 128] [--batch 8] [--steps 4] [--warmup 2] [--repeats 5] [--threads N] [--json PATH]
+       [--seq-length 128] [--batch 8] [--accumulation 1] [--steps 4] [--warmup 2] [--repeats 5] [--threads N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(1, str(Path(__file__).resolve().parent))  # step_profile, beside this file
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -78,12 +83,14 @@ def fixed_batches(tokenizer, seq_length: int, batch: int, count: int) -> tuple[l
 class BertDs:
     name = "bert_ds"
 
-    def __init__(self, preset: str, seq_length: int, batch: int, vocab_size: int, precision: str, zero_stage=None):
+    def __init__(self, preset: str, seq_length: int, batch: int, vocab_size: int, precision: str, zero_stage=None,
+                 accumulation: int = 1):
         from bert_ds.training import job
         from bert_ds.training.plan.resolve import run_model_config
         from bert_ds.training.config.args import parse_args
 
-        run = parse_args(["--preset", preset, "--seq-length", str(seq_length), "--global-batch-size", str(batch),
+        self.accumulation = accumulation
+        run = parse_args(["--preset", preset, "--seq-length", str(seq_length), "--global-batch-size", str(batch * accumulation),
                           "--micro-batch-size", str(batch), "--lr", "1e-4", "--precision", precision]
                          + (["--zero-stage", str(zero_stage)] if zero_stage is not None else []))
         # The model's vocabulary is BERT's (30522, padded to 30592), whatever tokenizer made the batches.
@@ -91,10 +98,10 @@ class BertDs:
         self.layout = job.setup_parallel(run, self.model_config)
         self.engine, self.model, _ = job.setup_engine(run, self.model_config, self.layout)
 
-    def step(self, batch: dict) -> None:
+    def step(self, micro_batches: list[dict]) -> None:
         from bert_ds.training.loop.steps import plain_step
 
-        plain_step(self.engine, iter([batch]), 1, self.layout)
+        plain_step(self.engine, iter(micro_batches), self.accumulation, self.layout)
 
 
 class Bare:
@@ -111,16 +118,17 @@ class Bare:
         # The engine's own optimizer setting (fused AdamW), so the difference is DeepSpeed's bookkeeping.
         self.optimizer = torch.optim.AdamW(parameter_groups(self.model, 0.01), lr=1e-4, eps=1e-6, fused=True)
 
-    def step(self, batch: dict) -> None:
+    def step(self, micro_batches: list[dict]) -> None:
         from bert_ds.runtime.device import autocast
         from bert_ds.model.loss import pretraining_loss
 
-        mask = batch["loss_mask"]
-        with autocast(self.precision):
-            out = self.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], mask)
-            losses = pretraining_loss(out.mlm_logits, batch["labels"][mask], out.nsp_logits, batch["next_sentence_label"],
-                                      tp_group=self.layout.tp_group)
-        losses.loss.backward()
+        for batch in micro_batches:
+            mask = batch["loss_mask"]
+            with autocast(self.precision):
+                out = self.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], mask)
+                losses = pretraining_loss(out.mlm_logits, batch["labels"][mask], out.nsp_logits, batch["next_sentence_label"],
+                                          tp_group=self.layout.tp_group)
+            (losses.loss / len(micro_batches)).backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -147,21 +155,23 @@ class HuggingFace:
         groups = [{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}]
         self.optimizer = torch.optim.AdamW(groups, lr=1e-4, eps=1e-6, foreach=not fused, fused=fused)
 
-    def step(self, batch: dict) -> None:
+    def step(self, micro_batches: list[dict]) -> None:
         from bert_ds.runtime.device import autocast
 
-        labels = batch["labels"].masked_fill(~batch["loss_mask"], -100)
-        with autocast(self.precision):
-            out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             token_type_ids=batch["token_type_ids"], labels=labels,
-                             next_sentence_label=batch["next_sentence_label"])
-        out.loss.backward()
+        for batch in micro_batches:
+            labels = batch["labels"].masked_fill(~batch["loss_mask"], -100)
+            with autocast(self.precision):
+                out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                 token_type_ids=batch["token_type_ids"], labels=labels,
+                                 next_sentence_label=batch["next_sentence_label"])
+            (out.loss / len(micro_batches)).backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
 
-def time_steps(system, batches: list[dict], steps: int, offset: int) -> float:
+def time_steps(system, batches: list[list[dict]], steps: int, offset: int) -> float:
+    """Seconds per optimizer step; `batches` holds each step's micro batches."""
     from bert_ds.runtime.device import synchronize
 
     synchronize()
@@ -175,13 +185,16 @@ def time_steps(system, batches: list[dict], steps: int, offset: int) -> float:
 def measure(preset: str, precision: str, args, tokenizer) -> dict:
     from bert_ds.training.loop.metrics import bert_flops_per_sequence
 
-    ours = BertDs(preset, args.seq_length, args.batch, args.vocab_size, precision, args.zero_stage)
+    from step_profile import op_table
+
+    ours = BertDs(preset, args.seq_length, args.batch, args.vocab_size, precision, args.zero_stage, args.accumulation)
     systems = [ours, HuggingFace(ours.model_config, precision)]
     if precision == "fp32":
         systems.insert(1, Bare(ours, precision))
-    batches, loader_seconds = fixed_batches(tokenizer, args.seq_length, args.batch, 8)
-    tokens = statistics.mean(float(b["attention_mask"].sum()) for b in batches)
-    predicted = statistics.mean(float(b["loss_mask"].sum()) for b in batches) / args.batch
+    micro, loader_seconds = fixed_batches(tokenizer, args.seq_length, args.batch, 8 * args.accumulation)
+    batches = [micro[i:i + args.accumulation] for i in range(0, len(micro), args.accumulation)]
+    tokens = statistics.mean(float(b["attention_mask"].sum()) for b in micro) * args.accumulation
+    predicted = statistics.mean(float(b["loss_mask"].sum()) for b in micro) / args.batch
     warm = [time_steps(system, batches, args.warmup, 0) for system in systems]
     # At least ~1 s per timed block, so that millisecond steps (tiny) are not timed in noise.
     steps = max(args.steps, math.ceil(1.0 / min(warm)))
@@ -194,9 +207,14 @@ def measure(preset: str, precision: str, args, tokenizer) -> dict:
     step = {name: statistics.median(values) for name, values in seconds.items()}
     matmul = statistics.median(matmul_rates)
     config = ours.model_config
-    flops = bert_flops_per_sequence(config.num_layers, config.hidden_size, config.vocab_size, args.seq_length, predicted) * args.batch
+    flops = (bert_flops_per_sequence(config.num_layers, config.hidden_size, config.vocab_size, args.seq_length, predicted)
+             * args.batch * args.accumulation)
+    # Where bert_ds's step goes, profiled after the timing (torch.profiler slows the ops it records).
+    profile = op_table(lambda i: ours.step(batches[i % len(batches)]), 2)
     figures = dict(
-        preset=preset, seq_length=args.seq_length, batch=args.batch, threads=torch.get_num_threads(),
+        preset=preset, seq_length=args.seq_length, batch=args.batch, accumulation=args.accumulation,
+        threads=torch.get_num_threads(), non_matrix_share=1 - profile["matrix_share"],
+        non_matrix_seconds=profile["non_matrix_seconds"],
         precision=precision, device=str(ours.layout.device), timed_steps_per_repeat=steps,
         bert_ds_tokens_per_s=tokens / step["bert_ds"], hf_tokens_per_s=tokens / step["hf"],
         bare_tokens_per_s=tokens / step["bare"] if "bare" in step else None, ratio=step["hf"] / step["bert_ds"],
@@ -204,7 +222,7 @@ def measure(preset: str, precision: str, args, tokenizer) -> dict:
         engine_overhead=step["bert_ds"] / step["bare"] - 1 if "bare" in step else None, step_seconds=step,
         matmul_flops_per_s=matmul,
         # Without DataLoader workers the loader runs on the training process: its share of a step.
-        data_share=loader_seconds / (loader_seconds + step["bert_ds"]),
+        data_share=loader_seconds * args.accumulation / (loader_seconds * args.accumulation + step["bert_ds"]),
     )
     from bert_ds.runtime.distributed import teardown_parallel
 
@@ -216,7 +234,8 @@ def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["base", "tiny"])
     parser.add_argument("--seq-length", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=8, help="micro batch")
+    parser.add_argument("--accumulation", type=int, default=1, help="micro batches per optimizer step")
     parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat (at least ~1 s of them)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
@@ -250,17 +269,18 @@ def main(argv=None) -> list[dict]:
         rates = ", ".join(f"{r['matmul_flops_per_s'] / 1e9:.1f}" for r in results if r["precision"] == precision)
         print(f"{precision} matrix multiply (median per preset): {rates} GFLOP/s ({results[0]['device']}, "
               f"{torch.get_num_threads()} threads)")
-    print("| preset | precision | seq x batch | bert_ds tokens/s | HF tokens/s | bert_ds / HF | MFU bert_ds | MFU HF "
-          "| bert_ds vs its fp32 | engine overhead | data share (0 workers) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| preset | precision | seq x micro x accumulation | bert_ds tokens/s | HF tokens/s | bert_ds / HF | MFU bert_ds "
+          "| MFU HF | bert_ds vs its fp32 | non-matrix share | engine overhead | data share (0 workers) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         speedup = f"{r['speedup_vs_fp32']:.2f}x" if r.get("speedup_vs_fp32") else "-"
         overhead = f"{r['engine_overhead']:+.1%}" if r["engine_overhead"] is not None else "-"
-        print(f"| {r['preset']} | {r['precision']} | {r['seq_length']} x {r['batch']} | {r['bert_ds_tokens_per_s']:,.0f} | "
-              f"{r['hf_tokens_per_s']:,.0f} | {r['ratio']:.2f} | {r['mfu']:.1%} | {r['hf_mfu']:.1%} | {speedup} | "
-              f"{overhead} | {r['data_share']:.1%} |")
+        print(f"| {r['preset']} | {r['precision']} | {r['seq_length']} x {r['batch']} x {r['accumulation']} | "
+              f"{r['bert_ds_tokens_per_s']:,.0f} | {r['hf_tokens_per_s']:,.0f} | {r['ratio']:.2f} | {r['mfu']:.1%} | "
+              f"{r['hf_mfu']:.1%} | {speedup} | {r['non_matrix_share']:.0%} | {overhead} | {r['data_share']:.1%} |")
     if args.json:
-        keyed = {r["preset"] + ("" if r["precision"] == "fp32" else f"_{r['precision']}"): r for r in results}
+        keyed = {r["preset"] + ("" if r["precision"] == "fp32" else f"_{r['precision']}")
+                 + ("" if args.accumulation == 1 else f"_x{args.accumulation}"): r for r in results}
         Path(args.json).write_text(json.dumps(keyed, indent=1))
     return results
 

@@ -102,6 +102,17 @@ def _epoch_order(n: int, steps: int, batch: int, seed: int, epoch: int) -> list[
     return (order * math.ceil(steps * batch / n))[: steps * batch]
 
 
+def train_micro_batch(engine, features: list[dict], kind: TaskKind, regression: bool, pad_id: int, device) -> float:
+    """One micro batch: padded to its longest feature (collate), forward, loss, backward, and the
+    engine's step (an optimizer step at the accumulation boundary); returns the loss."""
+    batch = {k: v.to(device) for k, v in collate(features, kind, pad_id).items()}
+    logits = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    loss = finetuning_loss(kind, logits, batch, regression)
+    engine.backward(loss)
+    engine.step()
+    return float(loss.detach())
+
+
 def train_epoch(engine, plan, task: TaskData, layout, pad_id: int, order: list[int], progress) -> float:
     per_rank = plan.global_batch_size // layout.data_parallel
     losses = []
@@ -110,12 +121,7 @@ def train_epoch(engine, plan, task: TaskData, layout, pad_id: int, order: list[i
         mine = order[start + layout.dp_rank * per_rank: start + (layout.dp_rank + 1) * per_rank]
         for first in range(0, per_rank, plan.micro_batch_size):
             features = [task.train[i] for i in mine[first: first + plan.micro_batch_size]]
-            batch = {k: v.to(layout.device) for k, v in collate(features, task.kind, pad_id).items()}
-            logits = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-            loss = finetuning_loss(task.kind, logits, batch, task.regression)
-            engine.backward(loss)
-            engine.step()
-            losses.append(float(loss.detach()))
+            losses.append(train_micro_batch(engine, features, task.kind, task.regression, pad_id, layout.device))
         progress.update(1)
         progress.set_postfix(loss=f"{np.mean(losses[-10:]):.4f}")
     # Every rank saw its own part of each batch: report the mean over all of them.
