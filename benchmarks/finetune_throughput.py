@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(1, str(Path(__file__).resolve().parent))  # hf_reference, beside this file
 
 LR, WEIGHT_DECAY, WARMUP_SHARE, TOTAL_STEPS = 2e-5, 0.01, 0.1, 1000
 
@@ -99,20 +100,12 @@ class HuggingFace:
     def __init__(self, model_config, precision: str):
         import transformers
 
-        from bert_ds.runtime.device import device, is_gpu
+        from bert_ds.runtime.device import device
+        from hf_reference import hf_adamw, hf_bert_config
 
-        config = transformers.BertConfig(
-            vocab_size=model_config.vocab_size, hidden_size=model_config.hidden_size,
-            num_hidden_layers=model_config.num_layers, num_attention_heads=model_config.num_attention_heads,
-            intermediate_size=model_config.ffn_hidden_size, num_labels=2, attn_implementation="sdpa",
-        )
-        self.model = transformers.BertForSequenceClassification(config).to(device()).train()
-        self.precision = precision
-        exempt = [p for n, p in self.model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
-        decay = [p for n, p in self.model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
-        fused = is_gpu(device().type)
-        self.optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": exempt, "weight_decay": 0.0}],
-                                           lr=LR, foreach=not fused, fused=fused)
+        model = transformers.BertForSequenceClassification(hf_bert_config(model_config, num_labels=2))
+        self.model, self.precision = model.to(device()).train(), precision
+        self.optimizer = hf_adamw(self.model, lr=LR, weight_decay=WEIGHT_DECAY, eps=1e-6)
         self.scheduler = transformers.get_linear_schedule_with_warmup(self.optimizer, int(WARMUP_SHARE * TOTAL_STEPS), TOTAL_STEPS)
 
     def step(self, features: list[dict]) -> None:

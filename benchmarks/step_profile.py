@@ -120,7 +120,7 @@ def compare(args, argv: list[str]) -> dict:
     import subprocess
     import tempfile
 
-    passed = [a for i, a in enumerate(argv) if not _is_compare_option(argv, i)]
+    passed = _without_compare_options(argv)
     runs: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for round_ in range(args.rounds):
@@ -147,13 +147,17 @@ def compare(args, argv: list[str]) -> dict:
     return summary
 
 
-def _is_compare_option(argv: list[str], index: int) -> bool:
-    """Whether argv[index] belongs to --code, --rounds or --json (the comparison's own options)."""
-    own = ("--code", "--rounds", "--json")
-    if argv[index].split("=")[0] in own:
-        return True
-    previous = next((argv[j] for j in range(index - 1, -1, -1) if argv[j].startswith("--")), None)
-    return previous in own and "=" not in previous
+def _without_compare_options(argv: list[str]) -> list[str]:
+    """argv less --code, --rounds and --json (the comparison's own options) and their values."""
+    kept, skipping = [], False
+    for arg in argv:
+        if arg.startswith("--"):
+            skipping = arg.split("=")[0] in ("--code", "--rounds", "--json") and "=" not in arg
+            if arg.split("=")[0] in ("--code", "--rounds", "--json"):
+                continue
+        if not skipping:
+            kept.append(arg)
+    return kept
 
 
 def main(argv=None) -> dict:

@@ -140,20 +140,12 @@ class HuggingFace:
     def __init__(self, model_config, precision: str):
         import transformers
 
-        from bert_ds.runtime.device import device, is_gpu
+        from bert_ds.runtime.device import device
+        from hf_reference import hf_adamw, hf_bert_config
 
-        config = transformers.BertConfig(
-            vocab_size=model_config.vocab_size, hidden_size=model_config.hidden_size,
-            num_hidden_layers=model_config.num_layers, num_attention_heads=model_config.num_attention_heads,
-            intermediate_size=model_config.ffn_hidden_size, attn_implementation="sdpa",
-        )
-        self.model, self.precision = transformers.BertForPreTraining(config).to(device()).train(), precision
-        decay = [p for n, p in self.model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
-        rest = [p for n, p in self.model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
-        # The best torch AdamW for the device (fused on GPUs, foreach on CPUs), not its slow default loop.
-        fused = is_gpu(device().type)
-        groups = [{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}]
-        self.optimizer = torch.optim.AdamW(groups, lr=1e-4, eps=1e-6, foreach=not fused, fused=fused)
+        model = transformers.BertForPreTraining(hf_bert_config(model_config))
+        self.model, self.precision = model.to(device()).train(), precision
+        self.optimizer = hf_adamw(self.model, lr=1e-4, eps=1e-6)
 
     def step(self, micro_batches: list[dict]) -> None:
         from bert_ds.runtime.device import autocast
