@@ -17,8 +17,9 @@ from bert_ds.runtime.partitioned import local_partition, writable
 
 def model_param_groups(engine) -> list[list]:
     """The model's parameters in the optimizer's group order. Without ZeRO, bf16/fp16 runs wrap
-    torch's optimizer in DeepSpeed's FP16_UnfusedOptimizer, whose groups hold fp32 copies of the
-    parameters (`fp32_groups`) beside the 16-bit originals (`fp16_groups`), position for position."""
+    torch's optimizer in DeepSpeed's FP16_UnfusedOptimizer (or, bf16 at one replica, in bert_ds's
+    MasterWeightsOptimizer, which presents the same attributes), whose groups hold fp32 copies of
+    the parameters (`fp32_groups`) beside the 16-bit originals (`fp16_groups`), position for position."""
     if hasattr(engine.optimizer, "fp16_groups"):
         return engine.optimizer.fp16_groups
     return [group["params"] for group in engine.optimizer.param_groups]

@@ -72,9 +72,9 @@ def tune_malloc_for_training(device_type: str, zero_stage: int, data_parallel: i
 
     Nothing happens on GPUs, under ZeRO across several data-parallel ranks (chosen to save
     memory; its per-step flattening buffers would leave holes in a heap that is never trimmed), or
-    when the environment sets BERT_DS_MALLOC_DEFAULTS=1. At DP=1 ZeRO partitions nothing: a bf16
-    run keeps its stage only for DeepSpeed's fp32 masters, whose gradient partition and bf16 weight
-    copy then stop page-faulting every step.
+    when the environment sets BERT_DS_MALLOC_DEFAULTS=1. At DP=1 ZeRO partitions nothing (a bf16
+    run asked for ZeRO-1 or 2 there keeps it for DeepSpeed's fp32 masters, whose gradient partition
+    and bf16 weight copy then stop page-faulting every step).
     """
     if _keeps_malloc_defaults(device_type) or _partitions(zero_stage, data_parallel):
         return False

@@ -1,8 +1,9 @@
 """The one precision choice of a run: `--precision {auto,fp32,bf16,fp16}` -> what it trains in, and why.
 
-bf16 and fp16 are DeepSpeed's mixed precision: the model computes in 16 bits, DeepSpeed keeps fp32
-master weights and fp32 optimizer states (ZeRO's partitions, or its fp16/bf16 optimizer wrapper
-without ZeRO), and our losses are taken in fp32 (model/loss.py). fp16 needs loss scaling and
+bf16 and fp16 are mixed precision: the model computes in 16 bits, fp32 master weights and fp32
+optimizer states are kept by DeepSpeed (ZeRO's partitions, or its fp16/bf16 optimizer wrapper
+without ZeRO) or, for bf16 at one replica, by bert_ds (training/engine/master_weights.py), and
+our losses are taken in fp32 (model/loss.py). fp16 needs loss scaling and
 kernels that only GPUs have, so it is a GPU option.
 
 `auto`:

@@ -134,7 +134,8 @@ def buffer_bytes(params: int, precision: str, zero_stage: int, dp: int, zero_con
     under ZeRO-3 also the weights gathered whole for the layers being computed (at most
     stage3_max_live_parameters); without ZeRO the flat all-reduce buffer at DP > 1 and, for mixed
     precision, the fp32 copy of every gradient its FP16_UnfusedOptimizer makes before each step
-    (benchmarks/memory.py). `zero_config` is the DeepSpeed JSON's zero_optimization section."""
+    (at one bf16 replica: bert_ds's fp32 gradient accumulators, the same 4 bytes per parameter;
+    benchmarks/memory.py). `zero_config` is the DeepSpeed JSON's zero_optimization section."""
     zero_config = zero_config or {}
     mixed = precision in ("bf16", "fp16")
     width = 2 if mixed else 4
