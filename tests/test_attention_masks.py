@@ -115,3 +115,31 @@ def test_the_bilstm_head_reads_every_real_token_and_ignores_padding(layout, kind
         loss = outputs.sum()
     loss.backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.bilstm.parameters())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_attention_with_dropout_gives_the_same_bits_from_any_head_layout(dtype):
+    """The written-out CPU attention (with dropout) takes megatron's [s, b, heads, d] heads as
+    permuted views; in bf16 it first makes them contiguous (oneDNN's batched multiply would copy
+    them itself, slower). Outputs and gradients are the same bits as from contiguous inputs."""
+    from types import SimpleNamespace
+
+    from bert_ds.model.attention import SDPACoreAttention
+
+    seq, batch, heads, dim = 16, 3, 4, 32
+    attention = SDPACoreAttention(config=SimpleNamespace(attention_dropout=0.1, kv_channels=dim), layer_number=1).train()
+    mixed = torch.randn(seq, batch, heads, 3 * dim).to(dtype).requires_grad_()
+    mask = attention_mask_to_masked_out(torch.tensor([[1] * 16, [1] * 9 + [0] * 7, [1] * 4 + [0] * 12]), False)
+    upstream = torch.randn(seq, batch, heads * dim).to(dtype)
+    results = []
+    for contiguous in (False, True):
+        mixed.grad = None
+        q, k, v = torch.split(mixed, dim, dim=-1)  # views into [s, b, heads, 3d], as megatron passes them
+        if contiguous:
+            q, k, v = (t.contiguous() for t in (q, k, v))
+        torch.manual_seed(7)
+        out = attention(q, k, v, mask)
+        out.backward(upstream)
+        results.append((out.detach(), mixed.grad.clone()))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+    assert results[0][1].abs().sum() > 0

@@ -77,6 +77,12 @@ class SDPACoreAttention(torch.nn.Module):
 
     def _attention_with_cheap_dropout(self, q, k, v, attention_mask, dropout_p: float) -> torch.Tensor:
         """SDPA's maths written out, with model/dropout.py's mask on the probabilities."""
+        if q.dtype != torch.float32:
+            # The heads as contiguous [b, heads, s, d] blocks: oneDNN's bf16 batched multiply
+            # otherwise copies each permuted operand itself (kᵀ element by element, forward and
+            # backward); one plain copy each up front cost 40% less at base (same results,
+            # bit for bit). fp32's BLAS path reads the strides as they are.
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         scores = torch.matmul(q, k.transpose(-2, -1)).mul_(self.softmax_scale)  # [b, heads, s, s]
         if attention_mask is not None:
             # Added, not masked_fill'ed: an addition's backward is free. A large negative number
