@@ -22,7 +22,7 @@ in the same precision, timed once per repeat next to the steps, median (MFU).
 "<preset>_bf16" with the same keys plus `speedup_vs_fp32` (bert_ds bf16 / bert_ds fp32, same run).
 `--accumulation N` times the recipe's shape: N micro batches of `--batch` per optimizer step, on
 every contestant (keys gain "_xN"). After the timing, two of bert_ds's steps are profiled
-(step_profile.py op_table): the "non-matrix share" column is the part of its op time that is
+(op_profile.py op_table): the "non-matrix share" column is the part of its op time that is
 not matrix multiplication.
 
 Usage: python benchmarks/train_throughput.py [--presets base tiny] [--precisions fp32 bf16]
@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(1, str(Path(__file__).resolve().parent))  # step_profile, beside this file
+sys.path.insert(1, str(Path(__file__).resolve().parent))  # op_profile and hf_reference, beside this file
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -177,7 +177,7 @@ def time_steps(system, batches: list[list[dict]], steps: int, offset: int) -> fl
 def measure(preset: str, precision: str, args, tokenizer) -> dict:
     from bert_ds.training.loop.metrics import bert_flops_per_sequence
 
-    from step_profile import op_table
+    from op_profile import op_table
 
     ours = BertDs(preset, args.seq_length, args.batch, args.vocab_size, precision, args.zero_stage, args.accumulation)
     systems = [ours, HuggingFace(ours.model_config, precision)]
