@@ -28,13 +28,12 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(1, str(Path(__file__).resolve().parent))  # hf_reference, beside this file
+sys.path.insert(1, str(Path(__file__).resolve().parent))  # hf_reference and train_throughput, beside this file
 
 LR, WEIGHT_DECAY, WARMUP_SHARE, TOTAL_STEPS = 2e-5, 0.01, 0.1, 1000
 
@@ -122,30 +121,20 @@ class HuggingFace:
         self.optimizer.zero_grad(set_to_none=True)
 
 
-def time_block(system, batches: list, steps: int, offset: int) -> float:
-    from bert_ds.runtime.device import synchronize
-
-    synchronize()
-    began = time.perf_counter()
-    for i in range(steps):
-        system.step(batches[(offset + i) % len(batches)])
-    synchronize()
-    return (time.perf_counter() - began) / steps
-
-
 def measure(preset: str, precision: str, args, batches: list) -> dict:
     from bert_ds.config import model_preset, padded_vocab_size
     from bert_ds.runtime.distributed import init_parallel, teardown_parallel
+    from train_throughput import time_steps
 
     model_config = model_preset(preset, vocab_size=padded_vocab_size(30522))
     layout = init_parallel(model_config, 1, 1, seed=1)
     systems = [BertDs(model_config, layout, args.batch, precision), HuggingFace(model_config, precision)]
     for system in systems:
-        time_block(system, batches, args.warmup, 0)
+        time_steps(system, batches, args.warmup, 0)
     seconds = {s.name: [] for s in systems}
     for repeat in range(args.repeats):
         for system in systems:
-            seconds[system.name].append(time_block(system, batches, args.steps, args.warmup + repeat * args.steps))
+            seconds[system.name].append(time_steps(system, batches, args.steps, args.warmup + repeat * args.steps))
     step = {name: statistics.median(values) for name, values in seconds.items()}
     tokens = statistics.mean(max(len(f["input_ids"]) for f in b) * len(b) for b in batches)
     figures = dict(preset=preset, precision=precision, batch=args.batch, threads=torch.get_num_threads(),

@@ -163,7 +163,9 @@ class HuggingFace:
 
 
 def time_steps(system, batches: list[list[dict]], steps: int, offset: int) -> float:
-    """Seconds per optimizer step; `batches` holds each step's micro batches."""
+    """Seconds per `system.step` over `steps` calls from `offset`, the device synchronised around
+    them; `batches` holds what each call takes (here a step's micro batches; one micro batch of
+    features in finetune_throughput.py)."""
     from bert_ds.runtime.device import synchronize
 
     synchronize()
