@@ -27,6 +27,8 @@ import math
 
 import torch
 
+from bert_ds.training.engine.optim import global_grad_norm
+
 
 class MasterWeightsOptimizer:
     """fp32 masters of a bf16 model, stepped by `optimizer` (a torch AdamW over the masters)."""
@@ -40,11 +42,14 @@ class MasterWeightsOptimizer:
         self.max_norm = max_norm
         self._global_grad_norm = None
         self._scales_in_kernel = isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW) and bool(optimizer.defaults.get("fused"))
+        # Every group's tensors in one list each, position for position, for the per-step loops.
+        self._params = [param for group in model_groups for param in group]
+        self._masters = [master for group in self.fp32_groups for master in group]
         # One fp32 accumulator per parameter, kept between steps (no allocation per step).
-        self._accumulators = [torch.zeros_like(master) for group in self.fp32_groups for master in group]
+        self._accumulators = [torch.zeros_like(master) for master in self._masters]
         self._hooks = [
             param.register_post_accumulate_grad_hook(self._accumulate_hook(master, accumulator))
-            for param, master, accumulator in zip(self._params(), self._masters(), self._accumulators)
+            for param, master, accumulator in zip(self._params, self._masters, self._accumulators)
         ]
 
     @classmethod
@@ -55,12 +60,6 @@ class MasterWeightsOptimizer:
         model_groups = [list(group["params"]) for group in param_groups]
         model.to(torch.bfloat16)
         return cls(make_optimizer(master_groups), model_groups, max_norm)
-
-    def _params(self):
-        return (param for group in self.fp16_groups for param in group)
-
-    def _masters(self):
-        return (master for group in self.fp32_groups for master in group)
 
     @staticmethod
     def _accumulate_hook(master: torch.Tensor, accumulator: torch.Tensor):
@@ -85,9 +84,8 @@ class MasterWeightsOptimizer:
 
     @torch.no_grad()
     def step(self, closure=None):
-        masters = [m for m in self._masters() if m.grad is not None]
-        grads = [m.grad for m in masters]
-        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads else torch.zeros(())
+        grads = [m.grad for m in self._masters if m.grad is not None]
+        norm = global_grad_norm(grads)
         self._global_grad_norm = float(norm)
         self.overflow = not math.isfinite(self._global_grad_norm)
         if not self.overflow:
@@ -105,13 +103,13 @@ class MasterWeightsOptimizer:
         return None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for master in self._masters():
+        for master in self._masters:
             master.grad = None
 
     @torch.no_grad()
     def write_model_weights(self) -> None:
         """The bf16 weights from the fp32 masters (after a step, or after masters were loaded)."""
-        torch._foreach_copy_(list(self._params()), list(self._masters()))
+        torch._foreach_copy_(self._params, self._masters)
 
     def state_dict(self) -> dict:
         return dict(fp32_groups=self.fp32_groups, optimizer_state_dict=self.optimizer.state_dict())

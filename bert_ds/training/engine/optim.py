@@ -79,6 +79,11 @@ class Lamb(torch.optim.Optimizer):
         return loss
 
 
+def global_grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all `grads` taken together (0 for none): one norm per tensor, then theirs."""
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads else torch.zeros(())
+
+
 class SkipsNonFiniteSteps:
     """Mixin for an optimizer that DeepSpeed drives without ZeRO (stage 0): a step whose gradients
     are not all finite changes nothing and sets `overflow`, which DeepSpeed reads to count the
@@ -97,8 +102,7 @@ class SkipsNonFiniteSteps:
     def step(self, closure=None):
         norm, self.clip_norm = self.clip_norm, None
         if norm is None:
-            grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
-            norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads else torch.zeros(())
+            norm = global_grad_norm([p.grad for group in self.param_groups for p in group["params"] if p.grad is not None])
         self._global_grad_norm = float(norm)
         self.overflow = not math.isfinite(self._global_grad_norm)
         if self.overflow:
