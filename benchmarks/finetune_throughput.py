@@ -6,6 +6,8 @@ decay, clipping 1.0, dropout 0.1) on the same micro batches in the same order:
   - bert_ds: the engine `finetune/glue.py` builds (DeepSpeed with the default config and
              `--precision P`: at one replica, fp32 at ZeRO stage 0 and bf16 with bert_ds's own fp32
              masters) stepped by finetune/core.py `train_micro_batch`, the function glue.py runs;
+             unpadded as glue.py's default (model/unpadding.py);
+  - bert_ds_padded: the same with glue.py's --no-unpad (the encoder computes on the padding too);
   - hf:      transformers.BertForSequenceClassification (SDPA attention) with torch AdamW
              (foreach on CPUs, fused on GPUs) and get_linear_schedule_with_warmup, the loop of
              Hugging Face's text-classification example; bf16 under `torch.autocast`.
@@ -17,7 +19,7 @@ warm-up), the median over repeats is reported, as in train_throughput.py.
 
 Usage: python benchmarks/finetune_throughput.py [--preset base] [--precisions fp32 bf16]
        [--batch 32] [--max-seq-length 128] [--steps 8] [--warmup 2] [--repeats 5] [--data-dir DIR]
-       [--threads N] [--json PATH]
+       [--threads N] [--json PATH] [--padded-too]
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def micro_batches(data_dir: Path, batch: int, max_length: int, count: int, seed:
 class BertDs:
     name = "bert_ds"
 
-    def __init__(self, model_config, layout, batch: int, precision: str):
+    def __init__(self, model_config, layout, batch: int, precision: str, unpad: bool = True):
         from bert_ds.model import build_model
         from bert_ds.training.config.batch_plan import BatchPlan
         from bert_ds.training.engine.build import build_engine
@@ -80,8 +82,9 @@ class BertDs:
         from bert_ds.training.engine.optim import OptimizerSettings
 
         self.layout = layout
+        self.name = "bert_ds" if unpad else "bert_ds_padded"
         setup = build_deepspeed_config("zero1", BatchPlan(batch, batch, 1), layout.device.type, precision=precision)
-        model = build_model(model_config, layout, "classification", num_labels=2, seed=1)
+        model = build_model(model_config, layout, "classification", num_labels=2, seed=1, unpad=unpad)
         settings = OptimizerSettings(lr=LR, weight_decay=WEIGHT_DECAY, warmup_steps=int(WARMUP_SHARE * TOTAL_STEPS),
                                      total_steps=TOTAL_STEPS)
         self.engine = build_engine(model, layout, setup, settings)
@@ -129,6 +132,8 @@ def measure(preset: str, precision: str, args, batches: list) -> dict:
     model_config = model_preset(preset, vocab_size=padded_vocab_size(30522))
     layout = init_parallel(model_config, 1, 1, seed=1)
     systems = [BertDs(model_config, layout, args.batch, precision), HuggingFace(model_config, precision)]
+    if args.padded_too:
+        systems.insert(1, BertDs(model_config, layout, args.batch, precision, unpad=False))
     for system in systems:
         time_steps(system, batches, args.warmup, 0)
     seconds = {s.name: [] for s in systems}
@@ -137,10 +142,13 @@ def measure(preset: str, precision: str, args, batches: list) -> dict:
             seconds[system.name].append(time_steps(system, batches, args.steps, args.warmup + repeat * args.steps))
     step = {name: statistics.median(values) for name, values in seconds.items()}
     tokens = statistics.mean(max(len(f["input_ids"]) for f in b) * len(b) for b in batches)
+    real = statistics.mean(sum(len(f["input_ids"]) for f in b) for b in batches)
     figures = dict(preset=preset, precision=precision, batch=args.batch, threads=torch.get_num_threads(),
                    device=str(layout.device), zero_stage=systems[0].zero_stage, own_masters=systems[0].own_masters,
-                   padded_tokens_per_batch=tokens, bert_ds_steps_per_s=1 / step["bert_ds"], hf_steps_per_s=1 / step["hf"],
+                   padded_tokens_per_batch=tokens, real_tokens_per_batch=real, bert_ds_steps_per_s=1 / step["bert_ds"], hf_steps_per_s=1 / step["hf"],
                    ratio=step["hf"] / step["bert_ds"], step_seconds=step)
+    if "bert_ds_padded" in step:
+        figures.update(padded_steps_per_s=1 / step["bert_ds_padded"], padded_ratio=step["hf"] / step["bert_ds_padded"])
     teardown_parallel()
     return figures
 
@@ -157,6 +165,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--data-dir", type=Path, help="a GLUE SST-2 folder (default: sentences from the built-in sample)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--padded-too", action="store_true", help="also time bert_ds with --no-unpad")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -170,14 +179,15 @@ def main(argv=None) -> list[dict]:
         batches = micro_batches(data_dir, args.batch, args.max_seq_length, count)
     results = [measure(preset, precision, args, batches) for preset in args.presets for precision in args.precisions]
     print(f"SST-2-shaped batches of {args.batch} from {args.data_dir or 'the built-in sample'}: "
-          f"{results[0]['padded_tokens_per_batch'] / args.batch:.1f} padded tokens per sentence; "
+          f"{results[0]['padded_tokens_per_batch'] / args.batch:.1f} padded tokens per sentence, "
+          f"{results[0]['real_tokens_per_batch'] / args.batch:.1f} real; "
           f"{results[0]['device']}, {torch.get_num_threads()} threads")
-    print("| preset | precision | bert_ds steps/s | HF steps/s | bert_ds / HF | bert_ds's masters |")
-    print("|---|---|---|---|---|---|")
+    print("| preset | precision | bert_ds steps/s | HF steps/s | bert_ds / HF | --no-unpad / HF | bert_ds's masters |")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
         masters = "bert_ds (stage 0)" if r["own_masters"] else ("none (fp32)" if r["precision"] == "fp32" else f"DeepSpeed ZeRO-{r['zero_stage']}")
         print(f"| {r['preset']} | {r['precision']} | {r['bert_ds_steps_per_s']:.2f} | {r['hf_steps_per_s']:.2f} | "
-              f"{r['ratio']:.2f} | {masters} |")
+              f"{r['ratio']:.2f} | {r.get('padded_ratio', float('nan')):.2f} | {masters} |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return results

@@ -36,8 +36,9 @@ def test_learns_a_sentiment_cue_and_writes_every_output(tmp_path, sst2, pretrain
     """Bar: >= 0.9 dev accuracy on a cue a 2-layer model can learn (the head, loss, optimizer and
     schedule are wired right); the exported model predicts what bert_ds predicted."""
     out = tmp_path / "out"
+    # --no-unpad: the golden record predates unpadding (test_unpadded_training_learns_the_cue_too).
     _glue(["--task", "sst2", "--data-dir", str(sst2), "--init", pretrained_tiny, "--output", str(out),
-           "--max-seq-length", "48", "--batch-size", "16", "--lr", "2e-3", "--epochs", "5"])
+           "--max-seq-length", "48", "--batch-size", "16", "--lr", "2e-3", "--epochs", "5", "--no-unpad"])
     results = _results(out)
     assert results["task"] == "sst2" and results["runs"] == 1
     assert results["metrics"]["accuracy"] >= 0.9, results["metrics"]
@@ -73,6 +74,17 @@ def test_learns_a_sentiment_cue_and_writes_every_output(tmp_path, sst2, pretrain
     with torch.no_grad():
         logits = model.eval()(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
     assert logits.argmax(-1).tolist() == [int(line.split("\t")[1]) for line in dev]
+
+
+def test_unpadded_training_learns_the_cue_too(tmp_path, sst2, pretrained_tiny):
+    """The default, unpadded encoder (model/unpadding.py) with dropout learns what the padded one
+    does; its losses are golden values of their own (its dropout masks cover fewer rows)."""
+    out = tmp_path / "out"
+    _glue(["--task", "sst2", "--data-dir", str(sst2), "--init", pretrained_tiny, "--output", str(out),
+           "--max-seq-length", "48", "--batch-size", "16", "--lr", "2e-3", "--epochs", "5", "--no-save-model"])
+    results = _results(out)
+    assert results["metrics"]["accuracy"] >= 0.9, results["metrics"]
+    assert_golden("glue-sst2-unpadded-dropout", _fingerprint(results))
 
 
 def test_all_nine_tasks_and_the_glue_average(tmp_path, pretrained_tiny):
@@ -119,16 +131,21 @@ def test_grid_and_restarts_keep_the_best_dev_run(tmp_path, sst2, pretrained_tiny
 
 
 def test_tensor_and_data_parallel_match_one_process(tmp_path, sst2, pretrained_tiny):
+    """Without dropout, TP, DP (ZeRO-2, ZeRO-3) and the unpadded encoder (alone and under TP) all
+    train what one padded process trains. The golden records are of the padded runs (--no-unpad),
+    which predate unpadding."""
     common = ["--task", "sst2", "--data-dir", str(sst2), "--init", pretrained_tiny, "--dropout", "0",
               "--max-seq-length", "48", "--batch-size", "16", "--lr", "1e-3", "--epochs", "2", "--no-save-model"]
-    one = _results(_output(tmp_path, "one", common))
+    one = _results(_output(tmp_path, "one", common + ["--no-unpad"]))
     assert_golden("glue-sst2-no-dropout", _fingerprint(one))
-    for name, extra in (("tp2", ["--tensor-parallel", "2"]), ("dp2", ["--zero-stage", "2"]),
-                        ("dp2-zero3", ["--zero-stage", "3"])):
+    runs = (("tp2", ["--tensor-parallel", "2", "--no-unpad"], 2), ("dp2", ["--zero-stage", "2", "--no-unpad"], 2),
+            ("dp2-zero3", ["--zero-stage", "3", "--no-unpad"], 2), ("unpadded", [], 1),
+            ("tp2-unpadded", ["--tensor-parallel", "2"], 2))
+    for name, extra, nproc in runs:
         keep = name.startswith("dp2")  # the kept models of ZeRO-2 and ZeRO-3 are compared below
         split = _results(_output(tmp_path, name, [a for a in common if not keep or a != "--no-save-model"] + extra,
-                                 nproc=2))
-        if name != "dp2-zero3":  # the same figures as dp2, to the tolerance below
+                                 nproc=nproc))
+        if name in ("tp2", "dp2"):  # dp2-zero3: the same figures as dp2, to the tolerance below
             assert_golden(f"glue-sst2-{name}-no-dropout", _fingerprint(split))
         for a, b in zip(one["all_runs"][0]["history"], split["all_runs"][0]["history"], strict=True):
             assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-4), name

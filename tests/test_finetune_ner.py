@@ -178,7 +178,7 @@ def test_learns_the_gazetteer_tags_writes_conll_predictions_and_exports(tmp_path
     assert results["task"] == "ner" and results["runs"] == 2 and set(results["metrics"]) == {"f1", "precision", "recall", "accuracy"}
     assert results["metrics"]["f1"] >= 0.9, results["metrics"]
     assert results["metrics"]["f1"] == max(run["score"] for run in results["all_runs"])
-    assert results["head"] == {"bilstm": False, "pooling": None}
+    assert results["head"] == {"bilstm": False, "pooling": None, "unpad": True}
     assert results["test_metrics"]["test"]["f1"] >= 0.9, results["test_metrics"]
     assert re.search(r"ner: \d tags: O (B-LOC )?I-LOC (B-ORG )?I-ORG (B-PER )?I-PER\n", result.stdout), result.stdout[-2000:]
 

@@ -47,8 +47,9 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
     assert "--max-train-examples 200: training on the first 200 of 240 features" in (out / "logs" / "ltr-sst2.log").read_text()
     heads = {row: json.loads((out / "finetune" / slug / "sst2" / "results.json").read_text())["head"]
              for row, slug in (("LTR & No NSP", "ltr"), ("+ BiLSTM", "ltr_bilstm"), ("MLM+NSP", "mlm_nsp"))}
-    assert heads == {"LTR & No NSP": {"bilstm": False, "pooling": "last real token (causal model)"},
-                     "+ BiLSTM": {"bilstm": True, "pooling": None}, "MLM+NSP": {"bilstm": False, "pooling": "[CLS]"}}
+    assert heads == {"LTR & No NSP": {"bilstm": False, "pooling": "last real token (causal model)", "unpad": True},
+                     "+ BiLSTM": {"bilstm": True, "pooling": None, "unpad": True},
+                     "MLM+NSP": {"bilstm": False, "pooling": "[CLS]", "unpad": True}}
     table = (out / "table5.md").read_text()
     assert "| + BiLSTM |" in table and "| 88.5 |" in table  # the paper's MLM+NSP SQuAD F1 beside ours
     assert (out / "table5.png").stat().st_size > 5_000

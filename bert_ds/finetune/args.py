@@ -54,7 +54,14 @@ class StartOptions:
 
 @dataclass
 class HeadOptions:
-    """What sits between the encoder and the task's output layer."""
+    """How the encoder runs, and what sits between it and the task's output layer."""
+
+    unpad: bool = field(default=True, metadata=option(flag="--no-unpad"))
+    """Run the encoder's token-wise layers on a padded batch's real tokens only (at GLUE's lengths
+    about a third of the padded ones); attention still sees the padded batch. Same model, same
+    results up to float rounding; dropout masks are drawn for fewer rows, so a run differs from a
+    padded one as a different seed would. --no-unpad: compute on the padding too, as Hugging
+    Face's models do."""
 
     bilstm: bool = False
     """Table 5's "+ BiLSTM" row: a randomly initialised one-layer BiLSTM (H/2 per direction) on the
@@ -167,7 +174,7 @@ class FinetuneConfig:
     start: StartOptions
     """The starting point: the weights fine-tuned, their tokenizer, and where results go."""
     head: HeadOptions = field(default_factory=HeadOptions)
-    """What sits between the encoder and the task's output layer."""
+    """How the encoder runs, and what sits between it and the task's output layer."""
     parallel: FinetuneParallel = field(default_factory=FinetuneParallel)
     """How the job is split over processes (world = TP x DP) and run by DeepSpeed."""
     recipe: RecipeOptions = field(default_factory=RecipeOptions)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from bert_ds.finetune.args import FinetuneConfig, RunSettings, batch_plan
+from bert_ds.finetune.args import FinetuneConfig, HeadOptions, RunSettings, batch_plan
 from bert_ds.finetune.batches import collate, outputs_per_feature
 from bert_ds.model.heads import TaskKind, finetuning_loss
 
@@ -61,14 +61,16 @@ class RunResult:
     score: float
 
 
-def build_model(start, task: TaskData, layout, seed: int, bilstm: bool = False, deepspeed_config: dict | None = None):
-    """The encoder with --init's weights (or BERT's init) and a fresh head (with `bilstm`, a
-    BiLSTM under it) drawn from `seed`; built partitioned when `deepspeed_config` enables ZeRO-3."""
+def build_model(start, task: TaskData, layout, seed: int, head: HeadOptions, deepspeed_config: dict | None = None):
+    """The encoder with --init's weights (or BERT's init) and a fresh head (with `head.bilstm`, a
+    BiLSTM under it) drawn from `seed`, unpadded unless `head.unpad` is off; built partitioned
+    when `deepspeed_config` enables ZeRO-3."""
     from bert_ds.checkpoint.portable_load import load_portable_weights
     from bert_ds.model import build_model as build_layout_model
     from bert_ds.training.engine.build import model_construction
 
-    model = build_layout_model(start.model_config, layout, task.kind, num_labels=task.num_labels, seed=seed, bilstm=bilstm,
+    model = build_layout_model(start.model_config, layout, task.kind, num_labels=task.num_labels, seed=seed, bilstm=head.bilstm,
+                               unpad=head.unpad,
                                construction=model_construction(deepspeed_config, layout))
     if start.checkpoint is not None:
         load_portable_weights(
@@ -91,7 +93,7 @@ def _model_and_engine(job: FinetuneConfig, settings: RunSettings, start, task: T
     plan = batch_plan(job, settings, layout.data_parallel, start.model_config, sequences_per_example(task))
     deepspeed_setup = job.parallel.deepspeed_setup(plan, layout.device.type, job.recipe.clip_grad)
     tune_malloc_for_partitioning(layout.device.type, deepspeed_setup.zero_stage, layout.data_parallel)
-    model = build_model(start, task, layout, settings.seed, job.head.bilstm, deepspeed_setup.config)
+    model = build_model(start, task, layout, settings.seed, job.head, deepspeed_setup.config)
     optimizer = job.recipe.optimizer_settings(settings.lr, max(1, int(job.recipe.warmup_proportion * total_steps)), total_steps)
     return model, build_engine(model, layout, deepspeed_setup, optimizer), plan, deepspeed_setup.notes
 

@@ -113,7 +113,7 @@ def write_results(job, task, results: list, best, layout, precision: dict, causa
         init=job.start.init,
         precision=precision,
         head=dict(bilstm=job.head.bilstm, pooling=None if task.kind not in POOLED_KINDS or job.head.bilstm
-                  else "last real token (causal model)" if causal else "[CLS]"),
+                  else "last real token (causal model)" if causal else "[CLS]", unpad=job.head.unpad),
         all_runs=[
             dict(settings=r.settings.hyperparameters(), seed=r.settings.seed, score=r.score, history=r.history)
             for r in results

@@ -20,12 +20,13 @@ PRETRAINING = "pretraining"
 
 def build_model(config: ModelConfig, layout, head: str = PRETRAINING, *, with_nsp: bool = True,
                 num_labels: int = 2, seed: int | None = None, pipeline_loss=None, bilstm: bool = False,
-                construction: Construction = PLAIN):
+                unpad: bool = False, construction: Construction = PLAIN):
     """The model for this process's place in `layout` (a distributed.ParallelLayout).
 
     head: "pretraining" (BertForPretraining, with the NSP head when `with_nsp`) or a fine-tuning
     TaskKind of model/heads.py ("classification" with `num_labels`, "span", "multiple_choice"),
-    with a BiLSTM between encoder and head when `bilstm` (Table 5's "+ BiLSTM").
+    with a BiLSTM between encoder and head when `bilstm` (Table 5's "+ BiLSTM"), and with `unpad`
+    an encoder that runs padded batches on their real tokens only (model/unpadding.py).
     With `pipeline_loss` a pre-training model is this rank's DeepSpeed pipeline stage
     (model/pipeline.py; needed with layout.pipeline_parallel > 1, possible with one stage), whose
     last stage scores with `pipeline_loss(outputs, labels)` (training/engine/pipeline_loss.py).
@@ -47,8 +48,8 @@ def build_model(config: ModelConfig, layout, head: str = PRETRAINING, *, with_ns
     seed = layout.seed if seed is None else seed
     if layout.pipeline_parallel > 1 and pipeline_loss is None:
         raise ValueError("pipeline parallelism needs the last stage's pipeline_loss")
-    if head == PRETRAINING and bilstm:
-        raise ValueError("the BiLSTM is a fine-tuning head")
+    if head == PRETRAINING and (bilstm or unpad):
+        raise ValueError("the BiLSTM and unpadding are fine-tuning options")
     if pipeline_loss is not None:
         if head != PRETRAINING:
             raise ValueError("pipeline stages are built for pre-training only")
@@ -64,7 +65,7 @@ def build_model(config: ModelConfig, layout, head: str = PRETRAINING, *, with_ns
             from bert_ds.model.heads import BertForFinetuning
 
             model = BertForFinetuning(config, tconfig, spec, head, num_labels, pg_collection=layout.pg_collection,
-                                      bilstm=bilstm)
+                                      bilstm=bilstm, unpad=unpad)
     initialize_weights(model, config, seed, layout.tp_rank, layout.tensor_parallel, construction=construction)
     return model if construction.partitioned else model.to(layout.device)
 

@@ -3,7 +3,8 @@
 megatron-core's DotProductAttention allocates on CUDA; this module fills the same `core_attention`
 slot of a megatron layer spec and runs on CPU and GPU (SDPA picks flash/memory-efficient kernels
 on GPUs by itself). Padding and causal structure both arrive in one boolean mask built by the
-model, in megatron's convention: True = masked out.
+model, in megatron's convention: True = masked out. With unpadding (model/unpadding.py) the
+layer's tokens arrive packed, and this module alone works on the padded batch.
 
 On CPUs, training with attention dropout does not call SDPA: its dropout there is the unfused
 path with torch's slow per-element mask (about 1.7x this module's explicit
@@ -21,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from bert_ds.model.dropout import draws_own_masks, scaled_keep_mask
+from bert_ds.model.unpadding import attention_inputs
 
 
 class SDPACoreAttention(torch.nn.Module):
@@ -53,16 +55,19 @@ class SDPACoreAttention(torch.nn.Module):
         query: torch.Tensor,  # [s, b, heads, head_dim] (this rank's heads)
         key: torch.Tensor,
         value: torch.Tensor,
-        attention_mask: Optional[torch.Tensor],  # bool, broadcastable to [b, heads, s, s]; True = masked
+        attention_mask,  # bool, broadcastable to [b, heads, s, s], True = masked; or a PackedTokens
         /,
         *,
         attn_mask_type=None,
         attention_bias=None,
         packed_seq_params=None,
     ) -> torch.Tensor:
+        attention_mask, packing = attention_inputs(attention_mask)
         seq, batch = query.shape[0], query.shape[1]
-        # SDPA wants [b, heads, s, head_dim].
-        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+        if packing is None:  # SDPA wants [b, heads, s, head_dim]
+            q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+        else:  # [T, 1, heads, head_dim], real tokens only: back to the padded batch for the scores
+            q, k, v = (packing.unpack(t).permute(0, 2, 1, 3) for t in (query, key, value))
         dropout_p = self.dropout_p if self.training else 0.0
         with self.rng_fork() if dropout_p > 0 else contextlib.nullcontext():
             if dropout_p > 0 and draws_own_masks(q):
@@ -72,6 +77,8 @@ class SDPACoreAttention(torch.nn.Module):
                 context = F.scaled_dot_product_attention(
                     q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=self.softmax_scale
                 )
+        if packing is not None:  # [b, heads, s, head_dim] -> [T, 1, heads * head_dim]
+            return packing.pack(context.permute(0, 2, 1, 3).flatten(2))
         # [b, heads, s, head_dim] -> [s, b, heads * head_dim]
         return context.permute(2, 0, 1, 3).reshape(seq, batch, -1)
 

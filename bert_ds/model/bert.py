@@ -19,6 +19,7 @@ from megatron.core.transformer.transformer_block import TransformerBlock, Transf
 from bert_ds.config import ModelConfig
 from bert_ds.model.dropout import Dropout
 from bert_ds.model.layers import layer_norm_impl
+from bert_ds.model.unpadding import PackedTokens
 
 
 def _normal_linear(in_features: int, out_features: int, std: float) -> torch.nn.Linear:
@@ -64,15 +65,18 @@ class BertEmbeddings(MegatronModule):
         self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        # input_ids, token_type_ids: [b, s]
+        """[b, s] ids -> [s, b, h] (megatron's layout)."""
+        return self.batch_major(input_ids, token_type_ids).transpose(0, 1).contiguous()
+
+    def batch_major(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        """[b, s] ids -> [b, s, h]."""
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         embeddings = (
             self.word_embeddings(input_ids)
             + self.position_embeddings(positions)[None]
             + self.token_type_embeddings(token_type_ids)
-        )  # [b, s, h]
-        embeddings = self.dropout(self.layernorm(embeddings))
-        return embeddings.transpose(0, 1).contiguous()  # [s, b, h]
+        )
+        return self.dropout(self.layernorm(embeddings))
 
 
 def pooled_positions(attention_mask: torch.Tensor, causal: bool) -> Optional[torch.Tensor]:
@@ -108,14 +112,18 @@ class BertModel(MegatronModule):
     """The encoder every task shares: embeddings, transformer layers, pooler.
 
     `pg_collection` (megatron's ProcessGroupCollection) names the groups to shard over; it comes
-    from the caller's ParallelLayout, never from global state read here.
+    from the caller's ParallelLayout, never from global state read here. With `unpad` a padded
+    batch's encoder layers run on its real tokens only (model/unpadding.py); padding positions of
+    `sequence_output` are then zeros.
     """
 
     def __init__(
-        self, config: ModelConfig, transformer_config, layer_spec, add_pooler: bool = True, *, pg_collection
+        self, config: ModelConfig, transformer_config, layer_spec, add_pooler: bool = True, *, pg_collection,
+        unpad: bool = False,
     ):
         super().__init__(config=transformer_config)
         self.model_config = config
+        self.unpad = unpad
         self.embeddings = BertEmbeddings(config, transformer_config, _tp_group(pg_collection))
         post_ln = config.layer_norm_position == "post"
         self.encoder = TransformerBlock(
@@ -141,9 +149,15 @@ class BertModel(MegatronModule):
             token_type_ids = torch.zeros_like(input_ids)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        hidden = self.embeddings(input_ids, token_type_ids)
         masked_out = attention_mask_to_masked_out(attention_mask, self.model_config.causal)
-        sequence_output = self.encoder(hidden, attention_mask=masked_out)
+        packing = PackedTokens.of(attention_mask, masked_out) if self.unpad else None
+        if packing is None:
+            hidden = self.embeddings(input_ids, token_type_ids)  # [s, b, h]
+            sequence_output = self.encoder(hidden, attention_mask=masked_out)
+        else:
+            hidden = packing.pack(self.embeddings.batch_major(input_ids, token_type_ids))  # [T, 1, h]
+            packed_output = self.encoder(hidden, attention_mask=packing)
+            sequence_output = packing.unpack(packed_output).transpose(0, 1)  # [s, b, h]
         if self.pooler is None:
             return sequence_output, None
         return sequence_output, self.pooler(sequence_output, pooled_positions(attention_mask, self.model_config.causal))

@@ -41,7 +41,7 @@ class BertForFinetuning(MegatronModule):
 
     def __init__(
         self, config: ModelConfig, transformer_config, layer_spec, kind: TaskKind, num_labels: int = 2, *, pg_collection,
-        bilstm: bool = False,
+        bilstm: bool = False, unpad: bool = False,
     ):
         super().__init__(config=transformer_config)
         if kind not in TASK_KINDS:
@@ -52,7 +52,8 @@ class BertForFinetuning(MegatronModule):
         # Hugging Face's span and token models have no pooler; ours follow so exported keys match.
         # With the BiLSTM the classifier reads the LSTM's final states, so no pooler either.
         pooler = kind in POOLED_KINDS and not bilstm
-        self.bert = BertModel(config, transformer_config, layer_spec, add_pooler=pooler, pg_collection=pg_collection)
+        self.bert = BertModel(config, transformer_config, layer_spec, add_pooler=pooler, pg_collection=pg_collection,
+                              unpad=unpad)
         self.bilstm = torch.nn.LSTM(config.hidden_size, config.hidden_size // 2, bidirectional=True) if bilstm else None
         self.dropout = Dropout(config.hidden_dropout)
         if kind == "span":
