@@ -37,11 +37,11 @@ class PackedTokens:
     def of(cls, attention_mask: torch.Tensor, masked_out: torch.Tensor) -> Optional["PackedTokens"]:
         """The packing of a `[b, s]` mask (1 = real token); None when nothing is padding (packing
         would only reorder the tokens)."""
-        real = attention_mask.bool().flatten()
-        if bool(real.all()):
+        index = attention_mask.bool().flatten().nonzero().squeeze(1)  # one pass (and one GPU sync)
+        if index.numel() == attention_mask.numel():
             return None
         batch, seq = attention_mask.shape
-        return cls(real.nonzero().squeeze(1), batch, seq, masked_out)
+        return cls(index, batch, seq, masked_out)
 
     def pack(self, padded: torch.Tensor) -> torch.Tensor:
         """[b, s, *rest] -> [T, 1, *rest]: the real tokens only."""
