@@ -4,13 +4,15 @@ data/records/index.py; hub datasets through `datasets` streaming).
 A source is written `[NAME=]LOCATION[@WEIGHT][#LAYOUT]`:
 - LOCATION is a local file, directory or glob of `.txt` (one document per file, or per blank-line
   separated block with `txt_documents="blank_line"`), `.jsonl`/`.json` or `.parquet` (a `text`
-  field per record); a folder made by `python -m bert_ds.data.prepare` (data/prepared.py); or a
+  field per record), or WikiExtractor output (files such as `AA/wiki_00`, any name, recognised by
+  their first line starting with `<doc `: data/records/wikiextractor.py); a folder made by `python -m bert_ds.data.prepare` (data/prepared.py); or a
   hub dataset `hf:ID[:CONFIG][@REVISION]` (e.g. `hf:wikimedia/wikipedia:20231101.en`), read by
   row group from its Parquet files (data/hub/parquet.py), else streamed by `datasets`;
 - WEIGHT is the source's share of the training tokens (normalised; default 1), or `words`: a
   prepared folder's word count, so that sources mix as their sizes do (the paper's corpora);
-- LAYOUT says how records become documents (data/text/layouts.py: book, article, sentences[:N], lines;
-  default from the source's kind, e.g. `sentences:256` for the hub's BookCorpus);
+- LAYOUT says how records become documents (data/text/layouts.py: book, article, sentences[:N], lines,
+  wikiextractor; default from the source's kind, e.g. `sentences:256` for the hub's BookCorpus);
+  books (`book`) lose a Project Gutenberg licence header and footer (data/text/gutenberg.py);
 - `sample` names the built-in sample corpus: its books and Wikipedia parts in the paper's
   800M : 2,500M words ratio.
 
@@ -20,9 +22,11 @@ corrupt Parquet footer is reported by name rather than from inside a reader.
 
 from __future__ import annotations
 
+import functools
 import glob
 import math
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
@@ -36,6 +40,8 @@ SAMPLE_DIR = Path(__file__).parent / "sample"
 # The paper's corpus sizes in words (BooksCorpus 800M, English Wikipedia 2,500M).
 PAPER_WEIGHTS = {"books": 800.0, "wiki": 2500.0}
 _FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+SUPPORTED = (".txt, .jsonl, .json or .parquet, or WikiExtractor output (files whose first line "
+             "starts with '<doc ', any name)")
 
 
 
@@ -164,7 +170,45 @@ def record_layout(source: DataSource, files: Optional[list[str]] = None):
         return _parse_layout_of(source.location, prepared_layout(source.name, source.location) or "article")
     if source.is_hub:
         return default_layout(source.location, None)
-    return default_layout(source.location, _FORMATS[Path((files or local_files(source))[0]).suffix])
+    return default_layout(source.location, source_kind(source, files))
+
+
+def file_kind(path: str, layout: str = "") -> Optional[str]:
+    """How a local file is read: "json" and "parquet" by their extension; "wikiextractor" for a
+    file of another extension (or none) whose first line starts with `<doc `, or any such file
+    under the layout `wikiextractor`; "text" for other `.txt` files; None: not a corpus file."""
+    kind = _FORMATS.get(Path(path).suffix)
+    if kind in ("json", "parquet"):
+        return kind
+    if layout == "wikiextractor" or _starts_with_doc(*_file_key(path)):
+        return "wikiextractor"
+    return kind
+
+
+@functools.lru_cache(maxsize=None)
+def _starts_with_doc(path: str, size: int, mtime: int) -> bool:
+    from bert_ds.data.records.wikiextractor import is_wikiextractor
+
+    return is_wikiextractor(path)
+
+
+def source_kind(source: DataSource, files: Optional[list[str]] = None) -> str:
+    """The kind (file_kind) of a local source's files; local_files refuses a source that mixes kinds."""
+    return file_kind((files or local_files(source))[0], source.layout)
+
+
+def reader_kind(source: DataSource, files: list[str], txt_documents: str = "file") -> str:
+    """Which reader file_records gives the source's files: its kind, with .txt files of several
+    blank-line-separated documents read as "paragraphs"."""
+    kind = source_kind(source, files)
+    return "paragraphs" if kind == "text" and blank_line_documents(source, files, txt_documents) else kind
+
+
+def _listed(path: Path) -> bool:
+    """A folder's file that is part of the corpus: a known extension, or WikiExtractor output."""
+    if path.suffix in _FORMATS:
+        return True
+    return not path.name.startswith(".") and _starts_with_doc(*_file_key(str(path)))
 
 
 def _default_name(location: str, index: int) -> str:
@@ -185,9 +229,7 @@ def local_files(source: DataSource) -> list[str]:
 
         files = prepared_files(source.name, location)
     elif os.path.isdir(location):
-        files = sorted(
-            str(path) for path in Path(location).rglob("*") if path.is_file() and path.suffix in _FORMATS
-        )
+        files = sorted(str(path) for path in Path(location).rglob("*") if path.is_file() and _listed(path))
     elif any(char in location for char in "*?["):
         files = sorted(glob.glob(location, recursive=True))
     else:
@@ -199,16 +241,16 @@ def local_files(source: DataSource) -> list[str]:
             raise DataError(f"Data source {source.name!r}: file not found: {path}")
         if not os.access(path, os.R_OK):
             raise DataError(f"Data source {source.name!r}: file is not readable: {path}")
-    suffixes = {Path(path).suffix for path in files}
-    unknown = suffixes - set(_FORMATS)
+    kinds = {path: file_kind(path, source.layout) for path in files}
+    unknown = [path for path, kind in kinds.items() if kind is None]
     if unknown:
-        raise DataError(
-            f"Data source {source.name!r}: unsupported file type {sorted(unknown)} "
-            f"(use .txt, .jsonl, .json or .parquet): {location}"
-        )
-    if len({_FORMATS[suffix] for suffix in suffixes}) > 1:
-        raise DataError(f"Data source {source.name!r} mixes file types {sorted(suffixes)}; split it in two.")
-    if _FORMATS[suffixes.pop()] == "parquet" and not source.is_prepared:  # prepared: sha256 in check_sources
+        names = sorted({Path(path).suffix or "no extension" for path in unknown})
+        raise DataError(f"Data source {source.name!r}: unsupported file type {names} ({unknown[0]}; use {SUPPORTED}): "
+                        f"{location}")
+    if len(set(kinds.values())) > 1:
+        found = sorted({f"{kind} ({Path(path).name})" for path, kind in kinds.items()})
+        raise DataError(f"Data source {source.name!r} mixes file types {found[:4]}; split it in two.")
+    if kinds[files[0]] == "parquet" and not source.is_prepared:  # prepared: sha256 in check_sources
         from bert_ds.data.records.parquet import check_parquet_footers
 
         check_parquet_footers(source.name, files)
@@ -233,8 +275,10 @@ def check_sources(sources: list[DataSource], txt_documents: str = "file") -> Non
             from bert_ds.data.prepared import verify_shards
 
             verify_shards(source.name, source.location)
-        kind = _FORMATS[Path(files[0]).suffix]
-        if kind == "json":
+        kind = source_kind(source, files)
+        if kind == "wikiextractor":
+            _check_wikiextractor(source, files)
+        elif kind == "json":
             from bert_ds.data.records.json_lines import check_json_files
 
             if check_json_files(source.name, files) == 0:
@@ -245,6 +289,26 @@ def check_sources(sources: list[DataSource], txt_documents: str = "file") -> Non
             index_paragraph_files(source.name, files)
         _CHECKED_SOURCES.add(key)
 
+
+def _check_wikiextractor(source: DataSource, files: list[str]) -> None:
+    """Index WikiExtractor files (each scanned once, then cached) and print what is malformed in
+    them, one warning line per file and kind of problem (rank 0; at most MAX_WARNINGS lines)."""
+    from bert_ds.data.records.wikiextractor import describe_problems, index_wikiextractor_files
+
+    indexes = index_wikiextractor_files(source.name, files)
+    if not sum(index["count"] for index in indexes):
+        raise DataError(f"Data source {source.name!r}: its files hold no <doc> document: {source.location}")
+    if os.environ.get("RANK", "0") != "0":
+        return
+    lines = [line for path, index in zip(files, indexes) for line in describe_problems(path, index["problems"])]
+    for line in lines[:MAX_WARNINGS]:
+        print(f"warning: data source {source.name!r}: {line}", file=sys.stderr, flush=True)
+    if len(lines) > MAX_WARNINGS:
+        print(f"warning: data source {source.name!r}: {len(lines) - MAX_WARNINGS:,} more such lines", file=sys.stderr)
+
+
+MAX_WARNINGS = 10
+"""Lines of malformed-file warnings one source prints at start-up."""
 
 _CHECKED_SOURCES: set[tuple] = set()
 """Sources (their files' paths, sizes and mtimes) that passed check_sources in this process."""
@@ -307,28 +371,31 @@ def source_epoch(source: DataSource, seed: int, epoch: int, txt_documents: str =
                 opened[hub_file.path] = RemoteParquetRecords(source.name, hub_file, group)
         return EpochRecords([opened[f.path] for f in ordered])
     files = epoch_files(source, seed, epoch)
-    blank_lines = blank_line_documents(source, files, txt_documents)
+    kind = reader_kind(source, files, txt_documents)
     for path in files:
         if path not in opened:
-            opened[path] = file_records(source.name, path, group, blank_lines and path.endswith(".txt"), source.is_prepared)
+            opened[path] = file_records(source.name, path, group, kind, source.is_prepared)
     return EpochRecords([opened[path] for path in files])
 
 
-def file_records(source_name: str, path: str, group: int, blank_line_documents: bool, whole_row_groups: bool = False):
-    """The reader of one local file (data/records/index.py's FileRecords) for its format; a
+def file_records(source_name: str, path: str, group: int, kind: str, whole_row_groups: bool = False):
+    """The reader of one local file (data/records/index.py's FileRecords) for its reader_kind; a
     Parquet file with `whole_row_groups` (a prepared shard) makes each row group one chunk."""
-    suffix = Path(path).suffix
-    if suffix == ".parquet":
+    if kind == "parquet":
         from bert_ds.data.records.parquet import local_parquet_records
 
         return local_parquet_records(source_name, path, group, whole_row_groups)
-    if suffix in (".jsonl", ".json"):
+    if kind == "json":
         from bert_ds.data.records.json_lines import JsonLinesRecords
 
         return JsonLinesRecords(source_name, path, group)
+    if kind == "wikiextractor":
+        from bert_ds.data.records.wikiextractor import WikiExtractorRecords
+
+        return WikiExtractorRecords(source_name, path, group)
     from bert_ds.data.records.index import ParagraphRecords, TextFileRecords
 
-    return (ParagraphRecords if blank_line_documents else TextFileRecords)(source_name, path, group)
+    return (ParagraphRecords if kind == "paragraphs" else TextFileRecords)(source_name, path, group)
 
 
 def load_source(source: DataSource):
@@ -371,10 +438,11 @@ def iter_document_texts(specs: list[str] | None, max_documents: Optional[int] = 
     sources = parse_sources(specs)
     check_sources(sources)
     for source in sources:
+        strip_licence = record_layout(source).strips_licence
         for position, record in enumerate(document_stream(source, seed=seed, epoch=0)):
             if max_documents is not None and produced >= max_documents:
                 return
-            text = clean_document(record_text(record, source, position), stats)
+            text = clean_document(record_text(record, source, position), stats, strip_licence)
             if text:
                 produced += 1
                 yield text

@@ -234,7 +234,7 @@ class SourceReader:
     def _document(self, unit: list[dict], index: int) -> Document:
         first = index * self.layout.group
         texts = [record_text(record, self.source, first + k) for k, record in enumerate(unit)]
-        text = clean_document("\n".join(texts), self.stats)
+        text = clean_document("\n".join(texts), self.stats, self.layout.strips_licence)
         if self.max_characters is not None and len(text) > self.max_characters:
             text, self.cut_documents = text[: self.max_characters], self.cut_documents + 1
         sentences = split_sentences(text, self.stats, self.config.sentence_splitter, self.layout.paragraphs) if text else []

@@ -4,8 +4,9 @@ The set is built once per run from `--eval-data` (the same source syntax as `--d
 training starts: the first documents of each source (one shard, first epoch), paired and masked
 with `EVAL_SEED` and static masks, so every evaluation of a run scores the same examples, and runs
 at other layouts, seeds or batch sizes score the same set (the MLPerf BERT practice of a fixed
-eval set; Megatron's --eval-interval is the cadence). A source contributes examples in
-proportion to its weight.
+eval set; Megatron's --eval-interval is the cadence). The sources are mixed as training mixes
+them: blocks of documents drawn by token share, NotNext partners from any document of the block,
+each block's examples in a seeded order (held-out NSP accuracy measures the task training poses).
 
 Scoring sums (model/loss.py evaluation_sums) rather than averages: the set is dealt out to
 data-parallel ranks (example i to rank i mod DP), every rank runs the same number of
@@ -61,50 +62,67 @@ class EvalResult:
 
 def eval_examples(specs: list[str], tokenizer, config, samples: Optional[int]) -> tuple[list, str]:
     """The evaluation examples of `specs` (at most `samples`, default DEFAULT_EVAL_SAMPLES);
-    a DataError when a source is empty or (with an explicit `samples`) holds fewer examples."""
+    a DataError when a source is empty or (with an explicit `samples`) the sources hold fewer."""
     from bert_ds.data.sources import check_sources, parse_sources
 
     config = dataclasses.replace(config, dynamic_masking=False, seed=EVAL_SEED, num_workers=0)
     sources = parse_sources(specs)
     check_sources(sources, config.txt_documents)
     wanted = samples or DEFAULT_EVAL_SAMPLES
-    weights = np.array([source.weight for source in sources])
-    quotas = np.floor(wanted * weights / weights.sum()).astype(int)
-    quotas[: wanted - quotas.sum()] += 1  # the rounding remainder, to the first sources
-    examples, short = [], []
-    for index, (source, quota) in enumerate(zip(sources, quotas)):
-        found = _source_examples(source, index, tokenizer, config, int(quota))
-        if len(found) < quota:
-            short.append(f"{source.name!r} yields {len(found):,} of its {quota:,}")
-        examples += found
+    try:
+        examples, drawn = _mixed_examples(sources, tokenizer, config, wanted)
+    except DataError as error:
+        raise DataError(f"Evaluation data: {error}") from None
+    empty = [source.name for source, count in zip(sources, drawn) if not count]
+    if empty:
+        raise DataError(f"Evaluation data: source {empty[0]!r} holds no document with text.")
+    short = f"the sources yield {len(examples):,} of {wanted:,}" if len(examples) < wanted else ""
     if short and samples:
         raise DataError(
             f"Evaluation data too small for --eval-samples {samples:,} at {config.seq_length} tokens: "
-            f"{'; '.join(short)}. Lower --eval-samples or add held-out text to --eval-data."
+            f"{short}. Lower --eval-samples or add held-out text to --eval-data."
         )
-    note = f"evaluation set: {len(examples):,} examples ({'; '.join(short)}: all it holds)" if short else ""
+    note = f"evaluation set: {len(examples):,} examples ({short}: all they hold)" if short else ""
     return examples, note
 
 
-def _source_examples(source, index: int, tokenizer, config, quota: int) -> list:
-    """The first `quota` examples of one source: its documents of the first epoch, in blocks."""
+def _mixed_examples(sources, tokenizer, config, wanted: int) -> tuple[list, list[int]]:
+    """The first `wanted` examples of the sources' first epoch, mixed as the training stream mixes
+    them (data/stream.py's ExampleStream): blocks of `block_documents` documents drawn by token
+    share, so a NotNext partner comes from any source of the block (a book's sentence followed by
+    a Wikipedia one, as in training and in the paper's data), and each block's examples in a
+    seeded random order, so a small set samples every document of its block rather than the
+    first one. Returns the examples and the documents drawn from each source."""
     from bert_ds.data.pairs import build_examples
-    from bert_ds.data.stream import SourceReader
+    from bert_ds.data.stream import BLOCK_TOKEN_LIMIT, SourceReader
     from bert_ds.data.text.cleaning import TextStats
 
-    documents = SourceReader(source, tokenizer, config, 0, 1, TextStats()).first_epoch_documents()
+    readers = [SourceReader(source, tokenizer, config, 0, 1, TextStats()).first_epoch_documents() for source in sources]
+    weights = np.array([source.weight for source in sources], dtype=np.float64)
+    shares, tokens = weights / weights.sum(), np.zeros(len(sources))
+    live, drawn = np.ones(len(sources), dtype=bool), [0] * len(sources)
     examples, block_index = [], 0
-    try:
-        while len(examples) < quota:
-            block = list(itertools.islice(documents, config.block_documents))
-            if not block:
-                break
-            rng = np.random.default_rng([EVAL_SEED, index, block_index])
-            examples += build_examples(block, config.objective, config.seq_length, config.short_seq_prob, rng)
-            block_index += 1
-    except DataError as error:
-        raise DataError(f"Evaluation data: {error}") from None
-    return examples[:quota]
+    while len(examples) < wanted and live.any():
+        block, block_tokens = [], 0
+        while len(block) < config.block_documents and block_tokens < BLOCK_TOKEN_LIMIT and live.any():
+            deficit = np.where(live, shares * max(tokens.sum(), 1.0) - tokens, -np.inf)
+            index = int(np.argmax(deficit))
+            document = next(readers[index], None)
+            if document is None:  # this source's first epoch is read
+                live[index] = False
+                continue
+            size = sum(len(sentence) for sentence in document)
+            tokens[index] += size
+            block_tokens += size
+            drawn[index] += 1
+            block.append(document)
+        if not block:
+            break
+        rng = np.random.default_rng([EVAL_SEED, block_index])
+        found = build_examples(block, config.objective, config.seq_length, config.short_seq_prob, rng)
+        examples += [found[k] for k in rng.permutation(len(found))]
+        block_index += 1
+    return examples[:wanted], drawn
 
 
 def load_eval_examples(run, tokenizer) -> tuple[list, str]:

@@ -206,14 +206,14 @@ class RemoteParquetRecords(ParquetRecords):
         self._handle = with_retries(lambda: hub_filesystem().open(self.path, "rb", cache_type="none"), self.path)
         return pq.ParquetFile(CountingFile(self._handle, self._fetched), metadata=_parse(self._hub_file.metadata))
 
-    def _decode(self, g: int) -> list:
+    def row_group_table(self, g: int, columns: tuple[str, ...]):
         def reopen():
             self.close()
 
-        texts = with_retries(lambda: super(RemoteParquetRecords, self)._decode(g), f"{self.path} row group {g}",
-                             before_retry=reopen)
+        table = with_retries(lambda: super(RemoteParquetRecords, self).row_group_table(g, columns),
+                             f"{self.path} row group {g}", before_retry=reopen)
         self.bytes_read = self._fetched[0]
-        return texts
+        return table
 
     def close(self) -> None:
         super().close()

@@ -118,7 +118,8 @@ def _run_units(args, inputs: Inputs, units, settings: Settings, output: Path) ->
     from bert_ds.data.prepare.progress import Progress
 
     done = sum(sum(s["records"] for s in read_unit_state(output, u.index)["shards"]) for u in units)
-    with Progress(sum(inputs.counts), done) as progress:
+    total = None if None in inputs.counts else sum(inputs.counts)  # JSON Lines: counted as they are read
+    with Progress(total, done) as progress:
         workers = min(args.num_proc, len(units))
         if workers <= 1:
             return [shard for unit in units for shard in write_inputs_unit(inputs, unit, settings, output, progress.add)]

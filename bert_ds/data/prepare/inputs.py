@@ -1,6 +1,7 @@
-"""The inputs of `python -m bert_ds.data.prepare`: a source's files as record readers in order
-(local files checked first; a hub source's Parquet files at its pinned commit), and one work
-unit of them written as shards (data/prepare/units.py), in this process or in a worker."""
+"""The inputs of `python -m bert_ds.data.prepare`: a source's files in order, as readers (local
+files checked first; a hub source's Parquet files at its pinned commit; JSON Lines files left to
+pyarrow's reader, which checks them as it parses), and one work unit of them written as shards
+(data/prepare/units.py) from Arrow tables (data/prepare/tables.py), in this process or in a worker."""
 
 from __future__ import annotations
 
@@ -23,13 +24,18 @@ class Inputs:
         if len(sources) != 1:
             raise DataError(f"prepare takes one source, {spec!r} names {len(sources)}; prepare them one at a time.")
         self.source = source = sources[0]
+        self.json_lines = False
         self.layout = record_layout(source)
-        self.meta = dict(spec=spec, name=source.name, location=source.location, layout=str(self.layout))
+        # A WikiExtractor document is stored as an article record; a book without its PG licence.
+        self.meta = dict(spec=spec, name=source.name, location=source.location, layout=self.layout.stored)
+        if self.layout.strips_licence:
+            self.meta["gutenberg_licence"] = "removed"
         if source.is_hub:
             self._open_hub(commit)
         else:
             self._open_local(txt_documents)
-        self.counts = [reader.count for reader in self.readers]
+        if not self.json_lines:
+            self.counts = [reader.count for reader in self.readers]
 
     def _open_hub(self, commit: Optional[str]) -> None:
         from bert_ds.data.hub.fs import parse_hub_location
@@ -50,14 +56,20 @@ class Inputs:
         self.columns = ("text",) + tuple(c for c in KEPT_COLUMNS if c in footer_columns(found.files[0]))
 
     def _open_local(self, txt_documents: str) -> None:
-        from bert_ds.data.sources import blank_line_documents, check_sources, file_records, local_files
+        from bert_ds.data.prepare.tables import is_json_array, json_lines_columns
+        from bert_ds.data.sources import check_sources, file_records, local_files, reader_kind
 
-        check_sources([self.source], txt_documents)  # every record checked: a bad one named by file and line
         files = local_files(self.source)
-        blank_lines = blank_line_documents(self.source, files, txt_documents)
-        self.readers = [file_records(self.source.name, path, self.layout.group, blank_lines and path.endswith(".txt"))
-                        for path in files]
         self.names, self.sizes = files, [os.path.getsize(path) for path in files]
+        kind = reader_kind(self.source, files, txt_documents)
+        if kind == "json" and not any(is_json_array(path) for path in files):
+            # JSON Lines: pyarrow parses each record once, while writing (data/prepare/tables.py).
+            self.json_lines = True
+            self.readers, self.counts = [None] * len(files), [None] * len(files)
+            self.columns = ("text",) + tuple(c for c in KEPT_COLUMNS if c in json_lines_columns(files[0]))
+            return
+        check_sources([self.source], txt_documents)  # every record checked: a bad one named by file and line
+        self.readers = [file_records(self.source.name, path, self.layout.group, kind) for path in files]
         self.columns = ("text",) + tuple(c for c in KEPT_COLUMNS if c in self._local_columns())
 
     def _local_columns(self) -> list[str]:
@@ -71,6 +83,18 @@ class Inputs:
         record = first.read(0, 1)[0]
         first.close()
         return [name for name, value in record.items() if isinstance(value, (str, int))]
+
+    def tables(self, k: int, skip: int, columns: tuple[str, ...]):
+        """Input k's records from its record `skip` on, as Arrow tables of `columns`."""
+        from bert_ds.data.prepare import tables
+        from bert_ds.data.records.parquet import ParquetRecords
+
+        if self.json_lines:
+            return tables.json_lines_tables(self.source.name, self.names[k], skip, columns)
+        reader = self.readers[k]
+        if isinstance(reader, ParquetRecords):
+            return tables.parquet_tables(reader, skip, columns)
+        return tables.record_tables(reader, skip, columns, lambda record: self.describe((k,), record))
 
     def describe(self, inputs: tuple[int, ...], record: int) -> str:
         """Names record `record` of the unit made of `inputs`."""
@@ -88,19 +112,42 @@ def saved_commit(output: Path) -> Optional[str]:
 
 
 def write_inputs_unit(inputs: Inputs, unit, settings: Settings, output: Path, report_progress) -> list[dict]:
-    from bert_ds.data.records.index import EpochRecords
+    def tables_from(start: int):
+        """The unit's records from record `start` on: its inputs in order (one whose count is
+        known and below `start` is skipped unread)."""
+        skip = start
+        for k in unit.inputs:
+            count = inputs.counts[k]
+            if count is not None and skip >= count:
+                skip -= count
+                continue
+            if count is not None:
+                yield from _books(inputs.tables(k, skip, settings.columns), inputs)
+                skip = 0
+                continue
+            seen = 0
+            for table in inputs.tables(k, 0, settings.columns):  # a count known once read: skip by rows
+                seen += table.num_rows
+                if seen > skip:
+                    yield from _books(iter([table.slice(max(skip - (seen - table.num_rows), 0))]), inputs)
+            skip = max(skip - seen, 0)
 
-    from bert_ds.data.records.parquet import ParquetRecords
+    return write_unit(unit, tables_from, output, settings, report_progress)
 
-    readers = [inputs.readers[k] for k in unit.inputs]
-    for reader in readers:
-        if isinstance(reader, ParquetRecords):  # other readers yield every field of a record
-            reader.columns = settings.columns
-    records = EpochRecords(readers)
-    try:
-        return write_unit(unit, records.read, output, settings, lambda r: inputs.describe(unit.inputs, r), report_progress)
-    finally:
-        records.close()
+
+def _books(tables, inputs: Inputs):
+    """`tables` whose books lose a Project Gutenberg header and footer where the layout says so
+    (data/text/gutenberg.py): the shards hold the books, and count the books' words."""
+    if not inputs.layout.strips_licence:
+        yield from tables
+        return
+    import pyarrow as pa
+
+    from bert_ds.data.text.gutenberg import strip_gutenberg
+
+    for table in tables:
+        texts = pa.array([strip_gutenberg(text)[0] for text in table.column("text").to_pylist()], pa.string())
+        yield table.set_column(table.column_names.index("text"), "text", texts)
 
 
 _WORKER_INPUTS: dict[tuple, Inputs] = {}

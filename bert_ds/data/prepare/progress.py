@@ -7,19 +7,22 @@ import multiprocessing
 import queue
 import sys
 import time
+from typing import Optional
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 
 class Progress:
-    """A tqdm bar over the source's records (to stderr; in a log file, one line every 30 s)."""
+    """A tqdm bar over the source's records (to stderr; in a log file, one line every 30 s); a
+    count without a total where the records are counted as they are read (JSON Lines)."""
 
-    def __init__(self, total: int, done: int):
+    def __init__(self, total: Optional[int], done: int):
         from tqdm import tqdm
 
         self.started, self.text_bytes = time.perf_counter(), 0
         interactive = sys.stderr.isatty()
         self.bar = tqdm(total=total, initial=done, unit=" records", unit_scale=True, desc="prepare", file=sys.stderr,
-                        mininterval=0.5 if interactive else 30, dynamic_ncols=interactive, smoothing=0.1)
+                        mininterval=0.5 if interactive else 30, dynamic_ncols=interactive, smoothing=0.1,
+                        delay=1)  # nothing shown for a run that stops at once: an error stays one line
 
     def add(self, records: int, text_bytes: int) -> None:
         self.text_bytes += text_bytes

@@ -15,15 +15,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from bert_ds.errors import DataError
 
 STATE_DIR = ".prepare"
 KEPT_COLUMNS = ("id", "title")
 """Besides `text`, the columns a shard keeps where its source has them (as strings)."""
-READ_RECORDS = 4096
-"""Input records read per call (a Parquet row group is decoded whole either way)."""
 
 
 @dataclass(frozen=True)
@@ -43,10 +41,11 @@ class Unit:
     index: int
     inputs: tuple[int, ...]
     """Indexes of the source's input files (readers) this unit reads, in order."""
-    records: int
+    records: Optional[int]
+    """Its input records; None where an input's count is known only once it is read (JSON Lines)."""
 
 
-def plan_units(sizes: list[int], counts: list[int], shard_bytes: int) -> list[Unit]:
+def plan_units(sizes: list[int], counts: list[Optional[int]], shard_bytes: int) -> list[Unit]:
     """Consecutive inputs grouped to about `shard_bytes` of input each."""
     units, current, current_bytes = [], [], 0
     for k, size in enumerate(sizes):
@@ -57,7 +56,8 @@ def plan_units(sizes: list[int], counts: list[int], shard_bytes: int) -> list[Un
         current_bytes += size
     if current:
         units.append(current)
-    return [Unit(u, tuple(inputs), sum(counts[k] for k in inputs)) for u, inputs in enumerate(units)]
+    return [Unit(u, tuple(inputs), None if any(counts[k] is None for k in inputs) else sum(counts[k] for k in inputs))
+            for u, inputs in enumerate(units)]
 
 
 def state_path(output: Path, unit: int) -> Path:
@@ -85,31 +85,46 @@ def shard_name(unit: int, k: int) -> str:
     return f"shard-{unit:05d}-{k:04d}.parquet"
 
 
-def _schema(columns: tuple[str, ...]):
-    import pyarrow as pa
-
-    return pa.schema([(name, pa.string()) for name in columns])
-
-
-def _row(record: dict, columns: tuple[str, ...], where: Callable[[], str]) -> dict:
+def row(record: dict, columns: tuple[str, ...], where: Callable[[], str]) -> dict:
+    """A record as a shard row: its `text` (a string, else a DataError naming `where()`) and the
+    kept columns as strings."""
     text = record.get("text")
     if not isinstance(text, str):
         problem = "has no 'text'" if "text" not in record else f"has a 'text' that is {type(text).__name__}, not a string"
         raise DataError(f"{where()} {problem} (fields: {sorted(record)}).")
-    row = {"text": text}
+    values = {"text": text}
     for name in columns[1:]:
         value = record.get(name)
-        row[name] = None if value is None else str(value)
-    return row
+        values[name] = None if value is None else str(value)
+    return values
 
 
-def write_unit(unit: Unit, read: Callable[[int, int], list[dict]], output: Path, settings: Settings,
-               describe: Callable[[int], str], progress: Callable[[int, int], None]) -> list[dict]:
-    """Write (or finish) unit `unit`; returns its shards' manifest entries. `read(start, stop)`
-    gives the unit's input records [start, stop) in order; `describe(r)` names input record r
-    (for errors); `progress(records, text_bytes)` is told what each row group added."""
+def row_groups(tables: Iterator, rows: int) -> Iterator:
+    """`tables` re-cut into tables of exactly `rows` rows (the last one shorter)."""
     import pyarrow as pa
+
+    pending, count = [], 0
+    for table in tables:
+        pending.append(table)
+        count += table.num_rows
+        while count >= rows:
+            whole = pa.concat_tables(pending)
+            yield whole.slice(0, rows)
+            pending, count = [whole.slice(rows)], count - rows
+    if count:
+        yield pa.concat_tables(pending)
+
+
+def write_unit(unit: Unit, tables_from: Callable[[int], Iterator], output: Path, settings: Settings,
+               progress: Callable[[int, int], None]) -> list[dict]:
+    """Write (or finish) unit `unit`; returns its shards' manifest entries. `tables_from(start)`
+    gives the unit's input records from record `start` on as Arrow tables of the shard's columns
+    (data/prepare/tables.py); `progress(records, text_bytes)` is told what each row group added."""
     import pyarrow.parquet as pq
+
+    from bert_ds.data.prepare.tables import schema
+    from bert_ds.data.prepare.words import count_words_and_characters
+    from bert_ds.data.prepared import file_sha256
 
     state = read_unit_state(output, unit.index)
     if state["done"]:
@@ -117,40 +132,34 @@ def write_unit(unit: Unit, read: Callable[[int, int], list[dict]], output: Path,
     for stale in output.glob(f"shard-{unit.index:05d}-*.parquet.partial"):
         stale.unlink()
     start = state["next_record"]
-    schema = _schema(settings.columns)
-    while start < unit.records:
+    groups = row_groups(tables_from(start), settings.row_group_rows)
+    group = next(groups, None)
+    while group is not None:
         name = shard_name(unit.index, len(state["shards"]))
         partial = output / (name + ".partial")
         entry = dict(path=name, records=0, row_groups=0, words=0, characters=0)
-        with pq.ParquetWriter(partial, schema, compression="zstd", write_statistics=["text"]) as writer:
-            while start < unit.records:
-                rows = []
-                while len(rows) < settings.row_group_rows and start < unit.records:
-                    batch = read(start, min(start + READ_RECORDS, unit.records, start + settings.row_group_rows - len(rows)))
-                    if not batch:
-                        raise DataError(f"{describe(start)}: the input ended early; it changed while being read.")
-                    for record in batch:
-                        rows.append(_row(record, settings.columns, lambda: f"{describe(start)} (shard {name} row "
-                                                                          f"{entry['records'] + len(rows)})"))
-                        start += 1
-                writer.write_table(pa.Table.from_pylist(rows, schema=schema))
-                entry["records"] += len(rows)
+        with pq.ParquetWriter(partial, schema(settings.columns), compression="zstd", write_statistics=["text"]) as writer:
+            while group is not None:
+                writer.write_table(group)
+                words, characters = count_words_and_characters(group.column("text"))
+                entry["records"] += group.num_rows
                 entry["row_groups"] += 1
-                words = sum(len(row["text"].split()) for row in rows)
-                characters = sum(len(row["text"]) for row in rows)
                 entry["words"] += words
                 entry["characters"] += characters
-                progress(len(rows), characters)
+                start += group.num_rows
+                progress(group.num_rows, characters)
+                group = next(groups, None)
                 if partial.stat().st_size >= settings.shard_bytes:
                     break
-        from bert_ds.data.prepared import file_sha256
-
         entry["bytes"], entry["sha256"] = partial.stat().st_size, file_sha256(str(partial))
         os.replace(partial, output / name)
         state["shards"].append(entry)
         state["next_record"] = start
-        state["done"] = start >= unit.records
+        state["done"] = group is None
         _write_unit_state(output, unit.index, state)
+    if unit.records is not None and start < unit.records:
+        raise DataError(f"{output}: unit {unit.index} ended at input record {start:,} of {unit.records:,}; its input "
+                        "files changed while being read.")
     if not state["done"]:  # a unit without records
         state["done"] = True
         _write_unit_state(output, unit.index, state)

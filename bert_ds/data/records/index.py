@@ -216,27 +216,47 @@ def _scan_paragraphs(path: str) -> dict:
     return dict(count=count, points=kept, stride=points.stride)
 
 
-class ParagraphRecords(FileRecords):
+class ScannedRecords(FileRecords):
+    """A file read sequentially from cached seek points (its index scan, `index(source_name,
+    [path])[0]`: count and points): `read(start, stop)` seeks to the point at or before `start`
+    and iterates; read in order, it never seeks again. Subclasses give the scan and the parse."""
+
     def __init__(self, source_name: str, path: str, group: int):
         super().__init__(source_name, path, group)
-        index = index_paragraph_files(source_name, [path])[0]
+        index = self.index(source_name, [path])[0]
         self.count, self._points = index["count"], index["points"]
         self._point_records = [point[0] for point in self._points]
         self.chunk_starts = self._chunks([0], chunk_size(self.count, group)) if self.count else []
         self._handle, self._iterator, self._next = None, None, None
 
+    @staticmethod
+    def index(source_name: str, paths: list[str]) -> list[dict]:
+        raise NotImplementedError
+
+    def _open(self):
+        raise NotImplementedError
+
+    def _items(self, handle, point: list[int]) -> Iterator:
+        """The file's items (one per record) from seek point `point` (record, position, line)."""
+        raise NotImplementedError
+
+    def _record(self, item) -> tuple[dict, int]:
+        """An item's record and the bytes it took in the file."""
+        raise NotImplementedError
+
     def read(self, start: int, stop: int) -> list[dict]:
         if self._next != start:
             if self._handle is None:
-                self._handle = _open_text(self.path)
+                self._handle = self._open()
             point = self._points[bisect.bisect_right(self._point_records, start) - 1]
             self._handle.seek(point[1])
-            self._iterator, self._next = _paragraphs(self._handle, first=point[0]), point[0]
+            self._iterator, self._next = self._items(self._handle, point), point[0]
         records = []
-        for text in self._iterator:
-            self.bytes_read += len(text.encode("utf-8", "replace")) + 2
+        for item in self._iterator:
+            record, size = self._record(item)
+            self.bytes_read += size  # read from the file, kept or not
             if self._next >= start:
-                records.append({"text": text})
+                records.append(record)
                 self.records_read += 1
             self._next += 1
             if self._next >= stop:
@@ -247,6 +267,19 @@ class ParagraphRecords(FileRecords):
         if self._handle is not None:
             self._handle.close()
         self._handle, self._iterator, self._next = None, None, None
+
+
+class ParagraphRecords(ScannedRecords):
+    index = staticmethod(index_paragraph_files)
+
+    def _open(self):
+        return _open_text(self.path)
+
+    def _items(self, handle, point: list[int]) -> Iterator[str]:
+        return _paragraphs(handle, first=point[0])
+
+    def _record(self, text: str) -> tuple[dict, int]:
+        return {"text": text}, len(text.encode("utf-8", "replace")) + 2
 
 
 class TextFileRecords(FileRecords):

@@ -71,12 +71,28 @@ class ParquetRecords(FileRecords):
 
         return pq.ParquetFile(self.path)
 
-    def _decode(self, g: int) -> list[dict]:
-        """Row group g's records (the file opened on first use)."""
+    @property
+    def group_starts(self) -> list[int]:
+        """The record number each row group starts at."""
+        return self._group_starts
+
+    @property
+    def column_names(self) -> list[str]:
         if self._file is None:
             self._file = self._open()
-        table = self._file.read_row_group(g, columns=list(self.columns))
+        return self._file.schema_arrow.names
+
+    def row_group_table(self, g: int, columns: tuple[str, ...]):
+        """Row group g's `columns` as a pyarrow Table (the file opened on first use)."""
+        if self._file is None:
+            self._file = self._open()
+        table = self._file.read_row_group(g, columns=list(columns))
         self.bytes_read += self._footer.text_bytes[g]
+        return table
+
+    def _decode(self, g: int) -> list[dict]:
+        """Row group g's records."""
+        table = self.row_group_table(g, self.columns)
         if self.columns == ("text",):
             return [{"text": text} for text in table.column(0).to_pylist()]
         return table.to_pylist()

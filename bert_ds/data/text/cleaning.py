@@ -31,6 +31,7 @@ class TextStats:
     carriage_returns: int = 0
     split_long_sentences: int = 0
     sentences: int = 0
+    gutenberg_licences: int = 0  # books whose Project Gutenberg header/footer was cut (data/text/gutenberg.py)
 
     def add(self, other: "TextStats") -> "TextStats":
         for name, value in asdict(other).items():
@@ -46,8 +47,9 @@ class TextStats:
             setattr(self, name, value)
 
 
-def clean_document(text: str, stats: TextStats) -> str:
-    """Drop BOMs and undecodable-byte markers, unify line ends; count each repair."""
+def clean_document(text: str, stats: TextStats, strip_licence: bool = False) -> str:
+    """Drop BOMs and undecodable-byte markers, unify line ends; count each repair. With
+    `strip_licence` (books: the `book` layout) also cut a Project Gutenberg header and footer."""
     stats.documents += 1
     if "\ufeff" in text:
         stats.byte_order_marks += text.count("\ufeff")
@@ -58,6 +60,11 @@ def clean_document(text: str, stats: TextStats) -> str:
     if "\r" in text:
         stats.carriage_returns += text.count("\r")
         text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if strip_licence:
+        from bert_ds.data.text.gutenberg import strip_gutenberg
+
+        text, stripped = strip_gutenberg(text)
+        stats.gutenberg_licences += stripped
     if not text.strip():
         stats.empty_documents += 1
         return ""

@@ -12,6 +12,9 @@ so every source has a layout, chosen from its kind or set on its spec: `NAME=LOC
                  BookCorpus, ~74M one-sentence records with no book id). Default N: 256
     lines        one sentence per line, a blank line between documents (the input format of
                  Google's create_pretraining_data.py); in a record, its lines are its sentences
+    wikiextractor  WikiExtractor output: one document per `<doc>` of files such as `wiki_00`
+                 (data/records/wikiextractor.py), then read as `article`; a file whose first line
+                 starts with `<doc ` gets it by default, whatever its name
 
 Why fixed runs of N records for BookCorpus: its records are the books' sentences in order, with no
 mark where a book ends, so a run of consecutive records is real continuous text except where it
@@ -23,7 +26,7 @@ copyright line or a title) would catch some boundaries but misfire inside books;
 predictable and their error is bounded. Shards split a grouped source by run, never inside one.
 
 Defaults: a hub id containing "bookcorpus" reads as `sentences:256`, other hub datasets and
-.jsonl/.json/.parquet files as `article`, .txt files as `book`.
+.jsonl/.json/.parquet files as `article`, .txt files as `book`, WikiExtractor files as `wikiextractor`.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ DEFAULT_GROUP = 256
 """Records per document of the `sentences` layout (see the module docstring for why)."""
 
 # layout -> how split_sentences cuts a document's text into paragraphs (data/text/cleaning.py)
-_PARAGRAPHS = {"book": "blank_line", "article": "line", "sentences": "sentence_per_line", "lines": "sentence_per_line"}
+_PARAGRAPHS = {"book": "blank_line", "article": "line", "sentences": "sentence_per_line", "lines": "sentence_per_line",
+               "wikiextractor": "line"}
 
 
 class LayoutError(ValueError):
@@ -53,6 +57,17 @@ class RecordLayout:
         return _PARAGRAPHS[self.name]
 
     @property
+    def strips_licence(self) -> bool:
+        """Documents are books whose Project Gutenberg header and footer are cut (data/text/gutenberg.py)."""
+        return self.name == "book"
+
+    @property
+    def stored(self) -> str:
+        """The layout of this source's records once prepared into Parquet: a WikiExtractor
+        document is an article record {id, url, title, text}."""
+        return "article" if self.name == "wikiextractor" else str(self)
+
+    @property
     def blank_line_documents(self) -> bool:
         """.txt files hold several documents separated by blank lines."""
         return self.name == "lines"
@@ -65,7 +80,7 @@ def parse_layout(text: str) -> RecordLayout:
     """`book`, `article`, `lines`, `sentences` or `sentences:N` -> RecordLayout."""
     name, _, count = text.partition(":")
     if name not in _PARAGRAPHS:
-        raise LayoutError(f"unknown layout {text!r}; choose one of book, article, sentences[:N], lines")
+        raise LayoutError(f"unknown layout {text!r}; choose one of book, article, sentences[:N], lines, wikiextractor")
     if count and name != "sentences":
         raise LayoutError(f"layout {name!r} takes no record count (only sentences:N does), got {text!r}")
     if name != "sentences":
@@ -80,9 +95,11 @@ def parse_layout(text: str) -> RecordLayout:
 
 
 def default_layout(location: str, file_format: str | None) -> RecordLayout:
-    """The layout a source gets when its spec names none; `file_format` is "text", "json" or
-    "parquet" for local files, None for a hub dataset."""
+    """The layout a source gets when its spec names none; `file_format` is "text", "json",
+    "parquet" or "wikiextractor" for local files, None for a hub dataset."""
     if file_format is None:
         hub_id = location[3:].split(":")[0].lower()
         return RecordLayout("sentences", DEFAULT_GROUP) if "bookcorpus" in hub_id else RecordLayout("article")
+    if file_format == "wikiextractor":
+        return RecordLayout("wikiextractor")
     return RecordLayout("book") if file_format == "text" else RecordLayout("article")

@@ -42,6 +42,8 @@ class SourceSample:
     layout: str = "book"
     cut_documents: int = 0
     """Documents longer than SAMPLE_CHARACTERS, read only that far (their tokens are undercounted)."""
+    gutenberg_licences: int = 0
+    """Books whose Project Gutenberg licence header/footer was cut (data/text/gutenberg.py)."""
 
     @property
     def unk_share(self) -> float:
@@ -50,9 +52,11 @@ class SourceSample:
     def describe(self) -> str:
         per = max(self.documents, 1)
         cut = f", {self.cut_documents} read to {SAMPLE_CHARACTERS:,} characters only" if self.cut_documents else ""
+        licences = (f"; Project Gutenberg licence header/footer cut from {self.gutenberg_licences}"
+                    if self.gutenberg_licences else "")
         return (f"{self.name} (layout {self.layout}): {self.documents} documents, {self.sentences / per:,.1f} sentences "
                 f"and {self.tokens / per:,.0f} tokens per document{cut}; [UNK] {100 * self.unk_share:.2f}% of "
-                f"{self.tokens:,} tokens")
+                f"{self.tokens:,} tokens{licences}")
 
     def warning(self) -> str:
         """A loud message when the tokenizer does not fit this text or documents are single
@@ -89,11 +93,12 @@ def sample_source(source: DataSource, tokenizer, seed: int, max_documents: int =
 
     reader = SourceReader(source, tokenizer, DataConfig(seed=seed, sentence_splitter=sentence_splitter), 0, 1, TextStats())
     reader.max_characters = max_characters
-    documents, cut = [], 0
+    documents, cut, licences = [], 0, 0
     for document in itertools.islice(reader.first_epoch_documents(), max_documents):
         documents.append(document)
         cut = reader.cut_documents  # not the dropped document that would start the next epoch
+        licences = reader.stats.gutenberg_licences
     ids = [i for document in documents for sentence in document for i in sentence]
     unk = sum(1 for i in ids if i == tokenizer.unk_id)
     return SourceSample(source.name, len(documents), sum(len(d) for d in documents), len(ids), unk,
-                        str(reader.layout), cut)
+                        str(reader.layout), cut, licences)
