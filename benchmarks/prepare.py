@@ -7,11 +7,14 @@ characters (English Wikipedia's mean article length) and repeated, each with its
 so no two are equal, to `--size` of JSON Lines; and the same records as one Parquet file of
 1,000-row row groups. Each input is prepared into a fresh folder in a
 subprocess pinned to one core (OMP_NUM_THREADS=1, taskset); the JSON Lines figure includes the
-start-up check of every record, which the prepare runs first. The baseline is
+check of every record, which the prepare makes as pyarrow parses it (data/prepare/tables.py). The baseline is
 `datasets.load_dataset(FORMAT, data_files=FILE, split="train").to_parquet(OUT)` in the same kind
 of subprocess: what a user would otherwise run, without checks, resume or a manifest.
 
-Usage: python benchmarks/prepare.py [--size 1GiB] [--shards 8 64] [--json PATH]
+Each pair is timed `--repeats` times, alternating the two, and the median reported (with the
+range), as one run on a shared machine varies by a few percent.
+
+Usage: python benchmarks/prepare.py [--size 1GiB] [--repeats 3] [--shards 8 64] [--json PATH]
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -107,6 +111,7 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=parse_size, default=parse_size("1GiB"))
     parser.add_argument("--shards", type=int, nargs="+", default=[8, 64])
+    parser.add_argument("--repeats", type=int, default=3, help="timings per tool and input; the median is reported")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="prepare-bench-"))
@@ -118,23 +123,31 @@ def main(argv=None) -> dict:
         for kind, path in (("json", jsonl), ("parquet", parquet)):
             size = path.stat().st_size
             out = scratch / f"prepared-{kind}"
-            ours = one_core([sys.executable, "-m", "bert_ds.data.prepare", str(path), "--output", str(out)], env)
-            theirs = one_core(baseline_command(kind, path, scratch / f"datasets-{kind}.parquet"), env)
+            ours_runs, theirs_runs = [], []
+            for repeat in range(args.repeats):
+                shutil.rmtree(out, ignore_errors=True)
+                shutil.rmtree(scratch / "hf-cache", ignore_errors=True)  # datasets would reuse its Arrow cache
+                ours_runs.append(one_core([sys.executable, "-m", "bert_ds.data.prepare", str(path), "--output", str(out)], env))
+                theirs_runs.append(one_core(baseline_command(kind, path, scratch / f"datasets-{kind}.parquet"), env))
+            ours, theirs = statistics.median(ours_runs), statistics.median(theirs_runs)
             manifest = json.loads((out / "manifest.json").read_text())
             assert manifest["records"] == records
             rows.append(dict(input=kind, input_bytes=size, records=records, shards=len(manifest["shards"]),
                              seconds=ours, mb_per_s=size / ours / 1e6, datasets_seconds=theirs,
-                             datasets_mb_per_s=size / theirs / 1e6, ratio=theirs / ours))
+                             datasets_mb_per_s=size / theirs / 1e6, ratio=theirs / ours,
+                             seconds_runs=ours_runs, datasets_seconds_runs=theirs_runs))
         decodes = [dict(shard_decodes(scratch / "prepared-parquet", k), records=records) for k in args.shards]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     result = dict(cpu=cpu_name(), date=time.strftime("%Y-%m-%d"), prepare=rows, decodes=decodes)
-    print(f"CPU: {result['cpu']}, one core; {records:,} records")
+    print(f"CPU: {result['cpu']}, one core; {records:,} records; medians of {args.repeats} runs (range)")
     print("| input | size | bert_ds prepare | MB/s | datasets load_dataset().to_parquet() | MB/s | bert_ds / datasets speed |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['input']} | {r['input_bytes'] / 2**30:.2f} GiB | {r['seconds']:.1f} s | {r['mb_per_s']:.1f} | "
-              f"{r['datasets_seconds']:.1f} s | {r['datasets_mb_per_s']:.1f} | {r['ratio']:.2f}x |")
+        spread = lambda runs: f"{min(runs):.1f}-{max(runs):.1f}"  # noqa: E731
+        print(f"| {r['input']} | {r['input_bytes'] / 2**30:.2f} GiB | {r['seconds']:.1f} s ({spread(r['seconds_runs'])}) | "
+              f"{r['mb_per_s']:.1f} | {r['datasets_seconds']:.1f} s ({spread(r['datasets_seconds_runs'])}) | "
+              f"{r['datasets_mb_per_s']:.1f} | {r['ratio']:.2f}x |")
     print("| K shards | records decoded per shard (min-max) | of the corpus | 1/K | a whole stream per shard |")
     print("|---|---|---|---|---|")
     for d in decodes:
