@@ -5,6 +5,11 @@ It trains on the sample's books and one half of its Wikipedia articles through t
 articles the model never saw) as it goes; then it masks words in those articles and prints its
 top guesses beside the true words, the masked-token accuracy on held-out text, and draws the
 training and held-out curves into OUTPUT/curves.png.
+
+`python -m bert_ds.demo --init DIR` trains nothing: it loads a pre-training checkpoint (a --save
+folder or one of its stepNNNNNNNN folders, any preset, with the tokenizer the run kept in the save
+folder) and shows its guesses on the same held-out sentences, so a longer run can be set beside
+the 300-step demo (`--held-out SPEC` scores other text).
 """
 
 from __future__ import annotations
@@ -38,12 +43,38 @@ def _train(args):
     return run_pretraining(run)
 
 
+def _load(args):
+    """The checkpoint `args.init`, loaded for evaluation with the settings it was trained with."""
+    import json
+
+    from bert_ds.checkpoint.convert import resolve_tag_dir
+    from bert_ds.checkpoint.zero import COMPLETE, TOKENIZER_DIR
+    from bert_ds.errors import CheckpointError
+    from bert_ds.training.config.args import parse_args
+    from bert_ds.training.job import run_pretraining
+
+    tag_dir = resolve_tag_dir(args.init)
+    marker = json.loads((tag_dir / COMPLETE).read_text())
+    model = marker["model_config"]
+    tokenizer = tag_dir.parent / TOKENIZER_DIR
+    if not tokenizer.is_dir():
+        raise CheckpointError(f"{tag_dir.parent} holds no {TOKENIZER_DIR}/ folder (the run's tokenizer, kept in its "
+                              "--save folder); --init takes a pre-training --save folder or one of its step folders.")
+    run = parse_args([
+        "--preset", marker["run"]["preset"], "--layer-norm-position", model["layer_norm_position"],
+        "--objective", "ltr" if model["causal"] else "mlm_nsp", "--tokenizer", str(tokenizer),
+        "--load", str(tag_dir), "--eval-only", "--eval-data", *args.held_out, "--eval-samples", "256",
+        "--precision", args.precision, "--seed", str(args.seed),
+    ])
+    return run_pretraining(run)
+
+
 def _metrics_file(args) -> str:
     return f"{args.output}/metrics.jsonl"
 
 
 @torch.no_grad()
-def held_out_accuracy(result, batches: int = 20) -> tuple[float, float]:
+def held_out_accuracy(result, batches: int = 20, held_out: tuple[str, ...] = (HELD_OUT,)) -> tuple[float, float]:
     """Masked-token accuracy on held-out articles (static masks, the loss's own definition), and
     the accuracy of always guessing the most frequent masked token there (the unigram baseline)."""
     from bert_ds.config import DataConfig
@@ -53,7 +84,7 @@ def held_out_accuracy(result, batches: int = 20) -> tuple[float, float]:
 
     model = result.trainer.model.eval()
     loader = PretrainingLoader(
-        parse_sources([HELD_OUT]), result.tokenizer,
+        parse_sources(list(held_out)), result.tokenizer,
         DataConfig(seq_length=128, micro_batch_size=16, dynamic_masking=False, seed=7),
     )
     correct = total = 0.0
@@ -84,13 +115,13 @@ def _piece(tokenizer, token_id: int) -> str:
 
 
 @torch.no_grad()
-def show_predictions(result, sentences: int = 6, top_k: int = 3) -> None:
+def show_predictions(result, sentences: int = 6, top_k: int = 3, held_out: tuple[str, ...] = (HELD_OUT,)) -> None:
     """Mask about one word in six of held-out sentences and print the model's top guesses."""
     from bert_ds.data.sources import iter_document_texts
     from bert_ds.data.text.cleaning import TextStats, split_sentences
 
     tokenizer, model = result.tokenizer, result.trainer.model.eval()
-    texts = itertools.islice(iter_document_texts([HELD_OUT]), 3)
+    texts = itertools.islice(iter_document_texts(list(held_out)), 3)
     candidates = [s for text in texts for s in split_sentences(text, TextStats()) if 60 < len(s) < 160]
     generator = torch.Generator().manual_seed(0)
     for sentence in candidates[:: max(1, len(candidates) // sentences)][:sentences]:
@@ -117,7 +148,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
                         help="auto: bf16 where this CPU multiplies bf16 matrices fast (AMX, AVX512-BF16), else fp32")
+    parser.add_argument("--init", metavar="DIR", help="train nothing: show the guesses of this pre-training checkpoint "
+                                                      "(a --save folder or one of its stepNNNNNNNN folders)")
+    parser.add_argument("--held-out", nargs="+", default=[HELD_OUT], metavar="SPEC",
+                        help="held-out text to mask and score (--data syntax; default: the sample's held-out articles)")
     args = parser.parse_args(argv)
+    if args.init:
+        return _show_checkpoint(args)
 
     from bert_ds.runtime.precision import choose_precision
 
@@ -128,13 +165,8 @@ def main(argv=None) -> int:
 
     Path(_metrics_file(args)).unlink(missing_ok=True)  # each demo is a fresh run: its own curves only
     result = _train(args)
-    print(f"\nHeld-out Wikipedia articles, words masked at random; the model's guesses ({args.preset}, "
-          f"{result.trainer.state.step} steps, {result.trainer.state.consumed_tokens:,} tokens seen):")
-    show_predictions(result)
-    accuracy, unigram = held_out_accuracy(result)
-    print(f"\nMasked-token accuracy on held-out text: {accuracy:.1%} (always guessing the most frequent "
-          f"token: {unigram:.1%}; chance: {1 / result.tokenizer.vocab_size:.2%}).")
-    print(baseline_share(accuracy, unigram))
+    _report(result, args.held_out, f"Held-out Wikipedia articles, words masked at random; the model's guesses ({args.preset}, "
+                                   f"{result.trainer.state.step} steps, {result.trainer.state.consumed_tokens:,} tokens seen):")
     from bert_ds.plot import main as plot
 
     plot([_metrics_file(args), "--labels", f"demo ({args.preset})", "-o", f"{args.output}/curves.png"])
@@ -144,6 +176,31 @@ def main(argv=None) -> int:
 
     teardown_parallel()
     return 0
+
+
+def _show_checkpoint(args) -> int:
+    from bert_ds.errors import USER_ERRORS, report
+    from bert_ds.runtime.distributed import teardown_parallel
+
+    try:
+        result = _load(args)
+    except USER_ERRORS as error:
+        return report(error)
+    state, run = result.trainer.state, result.trainer.run
+    _report(result, args.held_out, f"Held-out text, words masked at random; the guesses of {args.init} "
+                                   f"({run.model.preset}, {state.step:,} steps, {state.consumed_tokens:,} tokens seen):")
+    teardown_parallel()
+    return 0
+
+
+def _report(result, held_out: list[str], heading: str) -> None:
+    """The model's guesses on held-out sentences, its held-out accuracy and the baseline's share."""
+    print("\n" + heading)
+    show_predictions(result, held_out=tuple(held_out))
+    accuracy, unigram = held_out_accuracy(result, held_out=tuple(held_out))
+    print(f"\nMasked-token accuracy on held-out text: {accuracy:.1%} (always guessing the most frequent "
+          f"token: {unigram:.1%}; chance: {1 / result.tokenizer.vocab_size:.2%}).")
+    print(baseline_share(accuracy, unigram))
 
 
 if __name__ == "__main__":
