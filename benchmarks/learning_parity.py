@@ -29,7 +29,11 @@ Modes:
 Usage: python benchmarks/learning_parity.py [--modes strict recipe] [--presets mini base]
        [--strict-steps 300] [--recipe-steps 600] [--seeds 3] [--precisions fp32 bf16]
        [--batch 32] [--seq-length 128] [--lr 3e-4] [--warmup-fraction 0.1] [--eval-interval 50]
-       [--eval-samples 512] [--output DIR] [--json PATH] [--summarize]
+       [--eval-samples 512] [--data SPEC ...] [--eval-data SPEC ...] [--tokenizer T]
+       [--recipe-dropout 0.1] [--adam-beta2 0.999] [--until-accuracy 0.25]
+       [--output DIR] [--json PATH] [--summarize]
+A real corpus: --data books=DIR/books@words wiki=DIR/wiki@words --eval-data ... --tokenizer
+bert-base-uncased. Both sides are post-LN (Hugging Face's BERT has no pre-LN variant).
 Writes OUTPUT/<mode>-<preset>-<precision>-seed<S>-<side>.jsonl (metrics files with train_seconds)
 and OUTPUT/<mode>-<preset>.png (`python -m bert_ds.plot --x seconds` of seed 0's runs).
 """
@@ -143,11 +147,12 @@ def run_config(args, preset: str, precision: str, seed: int, steps: int, dropout
     from bert_ds.training.config.args import parse_args
 
     return parse_args([
-        "--preset", preset, "--data", *SAMPLE_TRAIN_SPECS, "--seq-length", str(args.seq_length),
+        "--preset", preset, "--data", *(args.data or SAMPLE_TRAIN_SPECS), "--seq-length", str(args.seq_length),
         "--global-batch-size", str(args.batch), "--micro-batch-size", str(args.batch), "--lr", str(args.lr),
         "--warmup-steps", str(max(1, round(steps * args.warmup_fraction))), "--train-steps", str(steps),
-        "--precision", precision, "--seed", str(seed), "--dropout", str(dropout),
-        "--eval-data", SAMPLE_HELD_OUT_SPEC, "--eval-samples", str(args.eval_samples), "--eval-interval", str(args.eval_interval),
+        "--precision", precision, "--seed", str(seed), "--dropout", str(dropout), "--adam-beta2", str(args.adam_beta2),
+        "--eval-data", *(args.eval_data or [SAMPLE_HELD_OUT_SPEC]), "--eval-samples", str(args.eval_samples),
+        "--eval-interval", str(args.eval_interval), *(["--tokenizer", args.tokenizer] if args.tokenizer else []),
     ])
 
 
@@ -171,7 +176,7 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
 
     strict = mode == "strict"
     steps = args.strict_steps if strict else args.recipe_steps
-    run = run_config(args, preset, precision, seed, steps, 0.0 if strict else 0.1)
+    run = run_config(args, preset, precision, seed, steps, 0.0 if strict else args.recipe_dropout)
     # HF first: in strict mode its initialisation is the one both sides start from.
     from bert_ds.training import job
     from bert_ds.training.plan.resolve import run_model_config
@@ -207,6 +212,9 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
                   + " | ".join(f"{s.name} mlm_acc {evals[s.name][-1]['eval/mlm_accuracy']:.4f} "
                                f"({seconds[s.name]:.0f}s)" for s in sides)
                   + f" | {time.perf_counter() - began:.0f}s", flush=True)
+            if args.until_accuracy and all(evals[s.name][-1]["eval/mlm_accuracy"] >= args.until_accuracy for s in sides):
+                steps = step + 1  # both sides past the target: the run has shown what it is for
+                break
     teardown_parallel()
     return dict(mode=mode, preset=preset, precision=precision, seed=seed, steps=steps, records=records, evals=evals,
                 seconds=seconds)
@@ -380,6 +388,13 @@ def main(argv=None) -> dict:
     parser.add_argument("--eval-interval", type=int, default=50)
     parser.add_argument("--eval-samples", type=int, default=512)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    parser.add_argument("--data", nargs="+", help="training sources, --data syntax (default: the built-in sample)")
+    parser.add_argument("--eval-data", nargs="+", help="held-out sources (default: the sample's held-out articles)")
+    parser.add_argument("--tokenizer", help="--tokenizer of both sides (default: the sample's sentencepiece)")
+    parser.add_argument("--recipe-dropout", type=float, default=0.1, help="dropout of recipe mode (the paper's 0.1)")
+    parser.add_argument("--adam-beta2", type=float, default=0.999)
+    parser.add_argument("--until-accuracy", type=float, default=None,
+                        help="end a pair early once both sides reach this held-out MLM accuracy (at an evaluation)")
     parser.add_argument("--output", default="runs/learning-parity")
     parser.add_argument("--json", help="write the summaries to this file")
     parser.add_argument("--summarize", action="store_true",
@@ -407,7 +422,8 @@ def main(argv=None) -> dict:
     from bert_ds.training.config.args import parse_args
     from bert_ds.training.plan.tokenizer import resolve_tokenizer
 
-    tokenizer = resolve_tokenizer(parse_args([]))
+    tokenizer = resolve_tokenizer(parse_args(["--data", *args.data] if args.data else [])
+                                  if not args.tokenizer else parse_args(["--tokenizer", args.tokenizer]))
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     results = {"strict": [], "recipe": [], "threads": torch.get_num_threads(), "args": vars(args)}
