@@ -61,6 +61,9 @@ def test_keep_best_survives_rotation_and_target_stops_the_run(best_run, tmp_path
     save = best_run / "ckpt"
     evals = _evals(best_run / "metrics.jsonl")
     assert sorted(evals) == [2, 4, 6, 8, 10]
+    # Every line carries the training loop's seconds (curves against time: python -m bert_ds.plot --x seconds).
+    seconds = [m["train_seconds"] for m in read_metrics(best_run / "metrics.jsonl")]
+    assert seconds == sorted(seconds) and seconds[0] > 0 and len(seconds) == 5 + 5  # every 2 steps, and evaluations
     accuracy = {step: m["eval/mlm_accuracy"] for step, m in evals.items()}
     best_step = max(accuracy, key=lambda step: (accuracy[step], -step))  # the first of equal bests
     best = json.loads((save / "best.json").read_text())

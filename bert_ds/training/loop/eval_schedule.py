@@ -44,7 +44,8 @@ class HeldOutEvaluation:
             state.best_eval_mlm_accuracy, state.best_eval_step = result.mlm_accuracy, state.step
         target = self.run.eval.target_mlm_accuracy
         reached = target is not None and result.mlm_accuracy >= target
-        record = {**result.record(state), "eval/interval_share": result.seconds / max(interval, 1e-9)}
+        record = {**result.record(state), "eval/interval_share": result.seconds / max(interval, 1e-9),
+                  "train_seconds": state.wall_seconds}
         if reached:
             record.update({"target/mlm_accuracy": target, "target/steps": state.step,
                            "target/tokens": state.consumed_tokens, "target/seconds": state.wall_seconds})

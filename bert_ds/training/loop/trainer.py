@@ -164,6 +164,7 @@ class Trainer:
                 total = reduce_step_results(window, layout, pipeline)
                 elapsed = time.perf_counter() - window_start
                 state.consumed_tokens += int(total.tokens)
+                state.wall_seconds = wall_before + time.perf_counter() - loop_start
                 self.logger.log(self._metrics(total, lr, elapsed))
                 window, window_start = StepResult(), time.perf_counter()
             state.wall_seconds = wall_before + time.perf_counter() - loop_start
@@ -212,4 +213,5 @@ class Trainer:
             tokens_per_s=total.tokens / elapsed,
             samples_per_s=total.samples / elapsed,
             model_flops_per_s=flops * total.samples / elapsed,
+            train_seconds=state.wall_seconds,  # the training loop's time, summed over resumed runs
         )
