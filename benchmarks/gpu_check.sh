@@ -28,7 +28,7 @@
 # and the exit status is 1 if any failed.
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."  # the repository root (this script lives in benchmarks/)
 repo="$PWD"
 install_only=0
 gpu=1

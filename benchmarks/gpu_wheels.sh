@@ -14,7 +14,7 @@
 #                     sdist (default .venv/bin/python)
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."  # the repository root (this script lives in benchmarks/)
 dest="${1:-.whl}"
 py_version="${PY_VERSION:-3.12}"
 builder="${PYTHON:-.venv/bin/python}"

@@ -1,4 +1,4 @@
-"""`make demo`: pre-train a small BERT on the built-in sample corpus on CPU, then show what it learned.
+"""`make demo`: pre-train a small BERT on the built-in sample corpus (on the CPU, or a GPU where there is one), then show what it learned.
 
 It trains on the sample's books and one half of its Wikipedia articles through the real engine
 (DeepSpeed ZeRO-1, the streaming loader, checkpointing), evaluating on the other half (held-out
@@ -19,6 +19,8 @@ import itertools
 import sys
 
 import torch
+
+from bert_ds.runtime.device import to_device
 
 from bert_ds.data.sources import SAMPLE_HELD_OUT_SPEC as HELD_OUT
 from bert_ds.data.sources import SAMPLE_TRAIN_SPECS as TRAIN_DATA
@@ -89,7 +91,9 @@ def held_out_accuracy(result, batches: int = 20, held_out: tuple[str, ...] = (HE
     )
     correct = total = 0.0
     targets = []
+    device = result.trainer.layout.device
     for batch in itertools.islice(loader, batches):
+        batch = to_device(batch, device)
         loss_mask = batch["loss_mask"]
         targets.append(batch["labels"][loss_mask])
         out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], loss_mask)
@@ -124,6 +128,7 @@ def show_predictions(result, sentences: int = 6, top_k: int = 3, held_out: tuple
     texts = itertools.islice(iter_document_texts(list(held_out)), 3)
     candidates = [s for text in texts for s in split_sentences(text, TextStats()) if 60 < len(s) < 160]
     generator = torch.Generator().manual_seed(0)
+    device = result.trainer.layout.device
     for sentence in candidates[:: max(1, len(candidates) // sentences)][:sentences]:
         ids = torch.tensor([[tokenizer.cls_id, *tokenizer.encode_batch([sentence])[0], tokenizer.sep_id]])
         real = ~torch.from_numpy(tokenizer.is_special)[ids]
@@ -131,8 +136,9 @@ def show_predictions(result, sentences: int = 6, top_k: int = 3, held_out: tuple
         if not chosen.any():
             chosen[0, int(torch.nonzero(real[0])[0])] = True
         masked = ids.masked_fill(chosen, tokenizer.mask_id)
-        out = model(masked, torch.zeros_like(ids), torch.ones_like(ids), chosen)
-        guesses = out.mlm_logits[:, : tokenizer.vocab_size].topk(top_k, dim=-1).indices
+        on = to_device(dict(ids=masked, types=torch.zeros_like(ids), attention=torch.ones_like(ids), chosen=chosen), device)
+        out = model(on["ids"], on["types"], on["attention"], on["chosen"])
+        guesses = out.mlm_logits[:, : tokenizer.vocab_size].topk(top_k, dim=-1).indices.cpu()
         print("\n  " + tokenizer.decode(masked[0, 1:-1].tolist()))
         for truth, options in zip(ids[chosen].tolist(), guesses.tolist()):
             words = ", ".join(_piece(tokenizer, o) for o in options)
@@ -158,9 +164,11 @@ def main(argv=None) -> int:
 
     from bert_ds.runtime.precision import choose_precision
 
-    precision = choose_precision(args.precision, "cpu")
+    from bert_ds.runtime.device import describe_device, device
+
+    precision = choose_precision(args.precision, device().type)
     print(f"bert_ds demo: pre-training the {args.preset} preset for {args.steps} steps on the built-in sample "
-          f"(books + half the Wikipedia articles), on CPU in {precision.describe()}.\n")
+          f"(books + half the Wikipedia articles), on {describe_device()} in {precision.describe()}.\n")
     from pathlib import Path
 
     Path(_metrics_file(args)).unlink(missing_ok=True)  # each demo is a fresh run: its own curves only

@@ -19,6 +19,14 @@ def device() -> torch.device:
     return torch.device("cpu")
 
 
+def describe_device() -> str:
+    """`device()` in words for messages: "CPU", or "GPU cuda:0 (its name)"."""
+    here = device()
+    if here.type == "cuda":
+        return f"GPU {here} ({torch.cuda.get_device_name(here)})"
+    return "CPU"
+
+
 def is_gpu(device_type: str) -> bool:
     """Whether a device type (e.g. `device().type`) gets GPU-only kernels (fused optimizers)."""
     return device_type == "cuda"
