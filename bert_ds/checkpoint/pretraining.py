@@ -137,7 +137,9 @@ def resume(trainer) -> Resumed:
     client, rank_state = zero.load(engine, load_dir, tag, layout.world_size)
     saved_seq = client["run"]["seq_length"]
     loader.load_state_dict(rank_state["loader"], skip_partial_block=saved_seq != run.data.seq_length)
-    load_rng_state_dict(layout, rank_state["rng"])
+    rng_note = load_rng_state_dict(layout, rank_state["rng"], run.data.seed, client["state"]["step"])
+    if rng_note and layout.rank == 0:
+        print(rng_note, flush=True)
     note = _seq_note(saved_seq, run.data.seq_length)
     return Resumed(client["state"], f"resumed from {Path(load_dir) / tag} at step {client['state']['step']}{note}")
 

@@ -235,6 +235,7 @@ def rng_state_dict(layout: ParallelLayout) -> dict:
     return dict(
         torch=torch.get_rng_state(),
         device=get_device_rng_state() if device().type != "cpu" else None,
+        device_type=device().type,  # the tracker's states are this kind of generator's
         tracker=layout.rng_tracker.state_dict(),
         # As tensors and plain tuples, so checkpoints load with torch.load(weights_only=True).
         numpy=[value if not isinstance(value, np.ndarray) else torch.from_numpy(value.copy())
@@ -243,18 +244,41 @@ def rng_state_dict(layout: ParallelLayout) -> dict:
     )
 
 
-def load_rng_state_dict(layout: ParallelLayout, state: dict) -> None:
-    """Restore what `rng_state_dict` saved."""
+def saved_device_type(state: dict) -> str:
+    """The kind of generator a checkpoint's RNG streams came from ("cpu", "cuda"); a checkpoint
+    that predates the record tells by its tracker's state size (a CPU generator's is thousands
+    of bytes, a CUDA one's 16)."""
+    if "device_type" in state:
+        return state["device_type"]
+    tracker = next(iter(state["tracker"].values()), None)
+    if tracker is None or tracker.numel() == torch.get_rng_state().numel():
+        return "cpu"
+    return "cuda"
+
+
+def load_rng_state_dict(layout: ParallelLayout, state: dict, seed: int, step: int) -> str:
+    """Restore what `rng_state_dict` saved; returns a one-line note when the checkpoint's device
+    kind differs from this process's (a GPU checkpoint resumed on CPUs, or the reverse): the
+    generators' states do not carry over, so the streams are reseeded deterministically from
+    (seed, step), as a resume on another layout does."""
     import random
 
     import numpy as np
 
     torch.set_rng_state(state["torch"])
-    if state["device"] is not None and device().type != "cpu":
-        set_device_rng_state(state["device"])
-    layout.rng_tracker.load_state_dict(state["tracker"])
+    saved_kind, here = saved_device_type(state), device().type
+    if saved_kind != here:
+        reseed(layout, seed, step)
+        note = (f"RNG streams: the checkpoint was written on {saved_kind}, this run is on {here}: dropout streams "
+                f"reseeded from the seed and step {step} (the data order and everything else resume exactly)")
+    else:
+        if state["device"] is not None:
+            set_device_rng_state(state["device"])
+        layout.rng_tracker.load_state_dict(state["tracker"])
+        note = ""
     np.random.set_state(tuple(v.numpy() if isinstance(v, torch.Tensor) else v for v in state["numpy"]))
     random.setstate(state["python"])
+    return note
 
 
 class DeepSpeedMPU:
