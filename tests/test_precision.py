@@ -258,3 +258,37 @@ def test_bf16_fine_tuning_learns_and_keeps_fp32_weights(tmp_path, pretrained_tin
     assert results["metrics"]["accuracy"] >= 0.9, results["metrics"]
     classifier = load_file(str(out / "model" / "model.safetensors"))["classifier.weight"]
     assert classifier.dtype == torch.float32 and (classifier != classifier.to(torch.bfloat16).float()).any()
+
+
+def test_gpus_allocated_but_unusable_end_in_one_line_and_tf32_is_on_for_gpus(tmp_path, monkeypatch):
+    """Slurm gave the job GPUs that torch cannot use (here: a CPU machine, a CPU build): one
+    `error:` line instead of training on the CPU over gloo. On a GPU, fp32 multiplies use TF32."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from bert_ds.runtime import device as device_module
+
+    env = dict(__import__("os").environ, SLURM_JOB_GPUS="0,1")
+    result = subprocess.run([sys.executable, "bert_ds/pretrain.py", "--preset", "tiny", "--train-steps", "1"],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: Slurm allocated GPUs to this job (SLURM_JOB_GPUS=0,1) but torch") and "cannot use them" in last
+
+    # A process that sees GPUs: the local rank modulo the GPUs it sees, and TF32 on.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    assert device_module.device() == torch.device("cuda", 1)
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        device_module.prepare_device({})
+        assert torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    from bert_ds.runtime.precision import choose_precision
+
+    assert "TF32" in choose_precision("fp32", "gpu").reason

@@ -13,10 +13,47 @@ import torch
 
 
 def device() -> torch.device:
-    """The device this process computes on: its local GPU when there is one, else the CPU."""
+    """The device this process computes on: its local GPU when there is one, else the CPU. The
+    local rank is taken modulo the GPUs this process sees, so a task that sees only its own GPU
+    (Slurm's per-task binding, CUDA_VISIBLE_DEVICES per rank) uses it rather than a missing one."""
     if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     return torch.device("cpu")
+
+
+# Slurm's record of the GPUs given to a job or step (`--gpus`, `--gres=gpu:N`): when it lists
+# any, training on the CPU would be a silent mistake.
+GPU_ALLOCATION_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+
+
+def prepare_device(environ=os.environ) -> None:
+    """Once per process, before its process group: refuse GPUs that Slurm allocated but torch
+    cannot use (a driver older than the wheel's CUDA, a CPU-only torch) in one line, rather than
+    train on the CPU over gloo; and let fp32 matrix multiplies use TF32 on GPUs (Ampere and later:
+    8x the fp32 rate, the precision PyTorch leaves off by default)."""
+    from bert_ds.errors import ConfigError
+
+    allocated = next(((name, environ[name]) for name in GPU_ALLOCATION_VARIABLES
+                      if environ.get(name, "").strip() not in ("", "-1", "NoDevFiles")), None)
+    if allocated and not torch.cuda.is_available():
+        name, value = allocated
+        raise ConfigError(f"Slurm allocated GPUs to this job ({name}={value}) but torch {torch.__version__} "
+                          f"(CUDA {torch.version.cuda or 'none: a CPU build'}) cannot use them: {_cuda_problem()} "
+                          "Install a torch build that matches the node's NVIDIA driver, or submit without GPUs.")
+    if device().type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def _cuda_problem() -> str:
+    """Why torch cannot use CUDA here, in its own words where it has some."""
+    if not torch.backends.cuda.is_built():
+        return "this torch was built without CUDA."
+    try:
+        torch.cuda.init()
+    except Exception as error:  # the driver's or the runtime's own reason
+        return f"{str(error).splitlines()[0]}."
+    return "torch.cuda.is_available() is False."
 
 
 def describe_device() -> str:

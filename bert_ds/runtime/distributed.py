@@ -107,8 +107,10 @@ def free_port() -> int:
 def _init_process_group(timeout_s: float) -> None:
     """Join the job's process group, whichever launcher started us (bert_ds.runtime.launcher); a plain
     `python script.py` becomes a world of one."""
+    from bert_ds.runtime.device import prepare_device
     from bert_ds.runtime.launcher import discover
 
+    prepare_device()
     if dist.is_initialized():
         return
     launch = discover(os.environ)

@@ -79,6 +79,8 @@ def choose_precision(requested: str, device_type: str, config_precision: Optiona
     on_cpu = device_type == "cpu"
     if on_cpu:
         return _cpu_choice(requested)
+    if requested == "fp32":
+        return PrecisionChoice("fp32", requested, "asked for with --precision; GPU matrix multiplies in TF32")
     if requested != "auto":
         return PrecisionChoice(requested, requested, "asked for with --precision")
     if config_precision == "fp16":
