@@ -188,3 +188,17 @@ def test_the_launch_plan_reads_both_formats_directly(sample_tokenizer):
     books, wiki = plan_sources(run, sample_tokenizer, shards=1, run_tokens=1_000_000)
     assert books.detail.startswith("3 file(s)") and books.detail.endswith("layout book")
     assert wiki.detail.startswith("2 file(s)") and wiki.detail.endswith("layout wikiextractor")
+
+
+def test_a_credit_never_takes_the_book_with_it():
+    """Regression: the sample's botchan.txt separates paragraphs by lines of spaces, and the
+    credit paragraph after the start marker ("Produced by ...") ran on to the end of the book,
+    which was then dropped whole. A wrapped start marker's second line is cut with it."""
+    book = "\n".join(f"Line {i} of the story, with words." for i in range(200))
+    text = ("Header.\n*** START OF THIS PROJECT GUTENBERG EBOOK A VERY LONG\nTITLE ***\n\n"
+            "Produced by a volunteer.\n   \n" + book.replace("\n", "\n   \n", 3) + "\n*** END OF THIS PROJECT GUTENBERG EBOOK X ***\n")
+    stripped, had = strip_gutenberg(text)
+    assert had and stripped.strip().startswith("Line 0 of the story") and stripped.strip().endswith("Line 199 of the story, with words.")
+    botchan = Path(__file__).parents[1] / "bert_ds" / "data" / "sample" / "books" / "botchan.txt"
+    text = botchan.read_text(encoding="utf-8").replace("\r\n", "\n")
+    assert len(strip_gutenberg(text)[0]) > 0.9 * len(text)

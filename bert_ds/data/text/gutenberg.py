@@ -41,22 +41,31 @@ _END = re.compile(
 )
 _WORLD_LIBRARY = re.compile(r"<<THIS ELECTRONIC VERSION OF THE COMPLETE WORKS OF WILLIAM\s+SHAKESPEARE.*?>>", re.DOTALL)
 _CREDIT = re.compile(r"\A\s*(?:Produced by|E-?text prepared by|This e-?text was (?:produced|prepared) by|"
-                     r"Transcribed from|Note: Project Gutenberg|Project Gutenberg(?:'s)? Etext)[^\r\n]*(?:\r?\n[^\r\n]+)*", re.IGNORECASE)
+                     r"Transcribed from|Note: Project Gutenberg|Project Gutenberg(?:'s)? Etext)[^\r\n]*(?:\r?\n[ \t]*\S[^\r\n]*){0,8}",
+                     re.IGNORECASE)
+CREDIT_CHARACTERS = 1_000
+"""A credit paragraph longer than this is not one (a book without blank lines between its
+paragraphs): it is left in place rather than cut with the text after it."""
 
 
 def strip_gutenberg(text: str) -> tuple[str, bool]:
     """`text` without PG's header, footer and notices, and whether it had any. Line ends may be
     `\\n` or `\\r\\n` (prepare keeps a file's own)."""
     first_end = _END.search(text)
-    starts = [match.end() for match in _START.finditer(text, 0, first_end.start() if first_end else len(text))]
-    begin = starts[-1] if starts else 0
+    markers = list(_START.finditer(text, 0, first_end.start() if first_end else len(text)))
+    begin = markers[-1].end() if markers else 0
+    starts = bool(markers)
+    if markers and not markers[-1].group().rstrip().endswith("***"):  # a marker wrapped onto a second line
+        wrapped = re.match(r"\r?\n[^\r\n]*\*{3}[ \t]*(?=\r?\n)", text[begin:begin + 300])
+        begin += wrapped.end() if wrapped else 0
     end_match = _END.search(text, begin)
     end = end_match.start() if end_match else len(text)
     if not starts and not end_match and "<<THIS ELECTRONIC VERSION" not in text:
         return text, False
     body = _WORLD_LIBRARY.sub("", text[begin:end])
     for _ in range(3 if starts else 0):  # credits and PG's notes, a paragraph each
-        body, cut = _CREDIT.subn("", body, count=1)
-        if not cut:
+        credit = _CREDIT.match(body)
+        if credit is None or credit.end() > CREDIT_CHARACTERS:
             break
+        body = body[credit.end():]
     return body.strip("\r\n"), True
