@@ -271,6 +271,13 @@ def _occurrence_uid(*parts: int) -> int:
     return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
+def furthest_below_share(shares: np.ndarray, tokens_drawn: np.ndarray, live: Optional[np.ndarray] = None) -> int:
+    """The source furthest below its share of all tokens drawn so far (ties: lowest index), among
+    the `live` ones when given: how sources mix in training, and in the held-out set."""
+    deficit = shares * max(float(tokens_drawn.sum()), 1.0) - tokens_drawn
+    return int(np.argmax(deficit if live is None else np.where(live, deficit, -np.inf)))
+
+
 class ExampleStream:
     """Training examples for shard `shard_index` of `num_shards`, mixed from all sources.
 
@@ -334,9 +341,7 @@ class ExampleStream:
         self._block_end = copy.deepcopy(state["block_end"])  # until the block is read again
 
     def _next_source(self) -> int:
-        # The source furthest below its share of all tokens drawn so far (ties: lowest index).
-        deficit = self.shares * max(int(self.tokens_drawn.sum()), 1) - self.tokens_drawn
-        return int(np.argmax(deficit))
+        return furthest_below_share(self.shares, self.tokens_drawn)
 
     def _read_block(self) -> list[Document]:
         documents, tokens = [], 0

@@ -104,6 +104,14 @@ def set_device_rng_state(state: torch.Tensor) -> None:
         torch.set_rng_state(state)
 
 
+def generator_kind(state) -> str:
+    """The device type whose generator a saved RNG state came from (checkpoints written before the
+    device type was recorded): a CPU generator's state is thousands of bytes, a CUDA one's 16."""
+    if state is None or state.numel() == torch.get_rng_state().numel():
+        return "cpu"
+    return "cuda"
+
+
 def seed_device(seed: int) -> None:
     """Seed the generator `device()` draws from."""
     if device().type == "cuda":

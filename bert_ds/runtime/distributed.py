@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from bert_ds.config import ModelConfig, validate_layout
-from bert_ds.runtime.device import (backend, device, get_device_rng_state, seed_device, set_current_device,
+from bert_ds.runtime.device import (backend, device, generator_kind, get_device_rng_state, seed_device, set_current_device,
                                     set_device_rng_state)
 
 # Offset of the model-parallel RNG stream from the run seed (megatron uses the same idea): the
@@ -246,18 +246,6 @@ def rng_state_dict(layout: ParallelLayout) -> dict:
     )
 
 
-def saved_device_type(state: dict) -> str:
-    """The kind of generator a checkpoint's RNG streams came from ("cpu", "cuda"); a checkpoint
-    that predates the record tells by its tracker's state size (a CPU generator's is thousands
-    of bytes, a CUDA one's 16)."""
-    if "device_type" in state:
-        return state["device_type"]
-    tracker = next(iter(state["tracker"].values()), None)
-    if tracker is None or tracker.numel() == torch.get_rng_state().numel():
-        return "cpu"
-    return "cuda"
-
-
 def load_rng_state_dict(layout: ParallelLayout, state: dict, seed: int, step: int) -> str:
     """Restore what `rng_state_dict` saved; returns a one-line note when the checkpoint's device
     kind differs from this process's (a GPU checkpoint resumed on CPUs, or the reverse): the
@@ -268,7 +256,7 @@ def load_rng_state_dict(layout: ParallelLayout, state: dict, seed: int, step: in
     import numpy as np
 
     torch.set_rng_state(state["torch"])
-    saved_kind, here = saved_device_type(state), device().type
+    saved_kind, here = state.get("device_type") or generator_kind(next(iter(state["tracker"].values()), None)), device().type
     if saved_kind != here:
         reseed(layout, seed, step)
         note = (f"RNG streams: the checkpoint was written on {saved_kind}, this run is on {here}: dropout streams "

@@ -94,7 +94,7 @@ def _mixed_examples(sources, tokenizer, config, wanted: int) -> tuple[list, list
     seeded random order, so a small set samples every document of its block rather than the
     first one. Returns the examples and the documents drawn from each source."""
     from bert_ds.data.pairs import build_examples
-    from bert_ds.data.stream import BLOCK_TOKEN_LIMIT, SourceReader
+    from bert_ds.data.stream import BLOCK_TOKEN_LIMIT, SourceReader, furthest_below_share
     from bert_ds.data.text.cleaning import TextStats
 
     readers = [SourceReader(source, tokenizer, config, 0, 1, TextStats()).first_epoch_documents() for source in sources]
@@ -105,8 +105,7 @@ def _mixed_examples(sources, tokenizer, config, wanted: int) -> tuple[list, list
     while len(examples) < wanted and live.any():
         block, block_tokens = [], 0
         while len(block) < config.block_documents and block_tokens < BLOCK_TOKEN_LIMIT and live.any():
-            deficit = np.where(live, shares * max(tokens.sum(), 1.0) - tokens, -np.inf)
-            index = int(np.argmax(deficit))
+            index = furthest_below_share(shares, tokens, live)
             document = next(readers[index], None)
             if document is None:  # this source's first epoch is read
                 live[index] = False
