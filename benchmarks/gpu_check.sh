@@ -15,11 +15,13 @@
 # .venv/bin/python runs everything as before. Either way an import check runs first and stops the
 # script with one line if DeepSpeed, megatron-core, datasets or bert_ds does not import.
 #
-# Usage: bash benchmarks/gpu_check.sh [--install-only | --no-gpu] [OUT_DIR]
+# Usage: bash benchmarks/gpu_check.sh [--install-only | --cpu] [OUT_DIR]
 #   --install-only   install and run the import check, then stop (needs no GPU)
-#   --no-gpu         a rehearsal without a GPU: no nvidia-smi, and the pretrain and glue parts
-#                    only, on the CPU (slow: BERT-BASE in emulated bf16)
+#   --cpu            the whole script's wiring on a CPU in about a minute (the test suite runs
+#                    it): wheels, imports and every part, on the tiny preset in the precision
+#                    `auto` picks, with no nvidia-smi; figures that mean nothing, failures that do
 #   PYTHON=...       the interpreter (default python3 with .whl/, else .venv/bin/python)
+#   WHEELS=...       the folder of wheels (default .whl/, which benchmarks/gpu_wheels.sh fills)
 #   SITE=...         where the wheels go (default /tmp/site)
 #   CHECK_TIMEOUT_S  each part's time limit (default 240)
 # Writes OUT_DIR/gpu.txt (card, install, versions, summary), pretrain.txt, glue.txt and
@@ -35,8 +37,8 @@ gpu=1
 while [[ "${1:-}" == --* ]]; do
     case "$1" in
         --install-only) install_only=1 ;;
-        --no-gpu) gpu=0 ;;
-        *) echo "usage: $0 [--install-only | --no-gpu] [OUT_DIR]" >&2; exit 2 ;;
+        --cpu) gpu=0 ;;
+        *) echo "usage: $0 [--install-only | --cpu] [OUT_DIR]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -49,15 +51,16 @@ export PYTHONUNBUFFERED=1
 say() { echo "$*" | tee -a "$out/gpu.txt"; }
 
 shopt -s nullglob
-wheels=(.whl/*.whl)
+wheels_dir="${WHEELS:-.whl}"
+wheels=("$wheels_dir"/*.whl)
 shopt -u nullglob
 if ((${#wheels[@]})); then
     python="${PYTHON:-python3}"
     site="${SITE:-/tmp/site}"
-    say "installing ${#wheels[@]} wheels from .whl/ into $site with $python"
+    say "installing ${#wheels[@]} wheels from $wheels_dir/ into $site with $python"
     if ! "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
         "${wheels[@]}" 2>&1 | tee -a "$out/gpu.txt"; then
-        say "gpu_check: FAILED: pip could not install .whl/ into $site (see $out/gpu.txt)"
+        say "gpu_check: FAILED: pip could not install $wheels_dir/ into $site (see $out/gpu.txt)"
         exit 1
     fi
     export PYTHONPATH="$site:$repo${PYTHONPATH:+:$PYTHONPATH}"
@@ -122,6 +125,14 @@ if ((gpu)); then
         2>&1 | tee -a "$out/gpu.txt"
 fi
 
+# What each part runs: the real sizes on a GPU; the tiny preset, the precision `auto` picks and one
+# timed step with --cpu, so that every command is exercised the way the lent GPU will run it.
+if ((gpu)); then
+    preset=base throughput_preset=large precision=bf16 steps=(--steps 5 --warmup 3 --repeats 3)
+else
+    preset=tiny throughput_preset=tiny precision=auto steps=(--steps 1 --warmup 1 --repeats 1)
+fi
+
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/bert_ds_gpu_check.XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 export BERT_DS_CACHE="$scratch/cache"
@@ -140,8 +151,8 @@ part() {
 }
 
 # (b) Two optimizer steps of BERT-BASE in bf16 (ZeRO-1), then a checkpoint.
-part pretrain pretrain.txt timeout -k 10 "$limit" "$python" bert_ds/pretrain.py --preset base --train-steps 2 \
-    --precision bf16 --global-batch-size 8 --micro-batch-size 8 --log-interval 1 --save "$scratch/ckpt"
+part pretrain pretrain.txt timeout -k 10 "$limit" "$python" bert_ds/pretrain.py --preset "$preset" --train-steps 2 \
+    --precision "$precision" --global-batch-size 8 --micro-batch-size 8 --log-interval 1 --save "$scratch/ckpt"
 
 # (c) One fine-tuning step (8 training rows, batch 8, one epoch) from that checkpoint on SST-2 in
 # GLUE's download layout (tests/support/glue_fixtures.py): a cue word decides the label.
@@ -172,10 +183,12 @@ part glue glue.txt glue
 # (a) Throughput, BERT-LARGE bf16. Batches that keep the card busy without activation
 # recomputation (80+ GB cards).
 for seq in 128 512; do
-    ((gpu)) || break
     if [[ "$seq" == 128 ]]; then batch=64; else batch=16; fi
+    ((gpu)) || batch=2
+    throughput_precision="$precision"
+    [[ "$precision" == auto ]] && throughput_precision="$("$python" -c 'from bert_ds.runtime.precision import choose_precision; print(choose_precision("auto", "cpu").name)')"
     part "large_$seq" "large_${seq}.txt" timeout -k 10 "$limit" "$python" benchmarks/train_throughput.py \
-        --presets large --seq-length "$seq" --batch "$batch" --precisions bf16 --steps 5 --warmup 3 --repeats 3 \
+        --presets "$throughput_preset" --seq-length "$seq" --batch "$batch" --precisions "$throughput_precision" "${steps[@]}" \
         --json "$out/large_${seq}.json"
 done
 

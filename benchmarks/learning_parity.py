@@ -67,10 +67,10 @@ class BertDsSide:
             self.model.load_state_dict(hf_to_bert_ds(initial_hf_state, self.model_config), strict=True)
 
     def step(self, batch: dict) -> tuple[float, float, float]:
-        from bert_ds.training.loop.steps import plain_step
+        from bert_ds.training.loop.steps import StepResult, plain_step
 
         lr = self.engine.get_lr()[0]
-        result = plain_step(self.engine, iter([batch]), 1, self.layout)
+        result = StepResult.from_tensor(plain_step(self.engine, iter([batch]), 1, self.layout).as_tensor())
         return result.mlm_loss, result.nsp_loss, lr
 
     def evaluate(self, eval_set) -> tuple[float, float, float]:
@@ -187,7 +187,7 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
     ours = BertDsSide(run, model_config, layout, hf.initial_state() if strict else None)
     sides = [ours, hf]
     eval_set = build_eval_set(run, tokenizer, ours.layout, load_eval_examples(run, tokenizer)[0])
-    loader = iter(PretrainingLoader(parse_sources(run.data.sources), tokenizer, run.data_config()))
+    loader = iter(PretrainingLoader(parse_sources(run.data.sources), tokenizer, run.with_num_workers(0).data_config()))
     records = {s.name: [] for s in sides}
     seconds = {s.name: 0.0 for s in sides}
     evals = {s.name: [] for s in sides}

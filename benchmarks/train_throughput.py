@@ -66,17 +66,22 @@ def matmul_flops_per_s(precision: str, size: int = 2048, repeats: int = 10) -> f
 
 
 def fixed_batches(tokenizer, seq_length: int, batch: int, count: int) -> tuple[list[dict], float]:
-    """`count` batches from the real loader (main process), and the seconds it took per batch."""
+    """`count` batches from the real loader (main process), and the seconds it took per batch.
+
+    They stay in host memory (page-locked when the device is a GPU), as a loader hands them out:
+    every contestant moves each micro batch itself, and bert_ds reads what its step needs to know
+    before the move (training/loop/steps.py)."""
     from bert_ds.config import DataConfig
     from bert_ds.data.loader import PretrainingLoader
     from bert_ds.data.sources import sample_sources
-    from bert_ds.runtime.device import device, to_device
+    from bert_ds.runtime.device import device, pins_host_memory
 
     loader = PretrainingLoader(sample_sources(), tokenizer, DataConfig(seq_length=seq_length, micro_batch_size=batch, seed=7))
     iterator = iter(loader)
     next(iterator)  # opening the sources is not per-batch work
     began = time.perf_counter()
-    batches = [to_device(next(iterator), device()) for _ in range(count)]
+    pin = pins_host_memory(device())
+    batches = [{k: t.pin_memory() if pin else t for k, t in next(iterator).items()} for _ in range(count)]
     return batches, (time.perf_counter() - began) / count
 
 
@@ -119,10 +124,11 @@ class Bare:
         self.optimizer = torch.optim.AdamW(parameter_groups(self.model, 0.01), lr=1e-4, eps=1e-6, fused=True)
 
     def step(self, micro_batches: list[dict]) -> None:
-        from bert_ds.runtime.device import autocast
+        from bert_ds.runtime.device import autocast, device, to_device
         from bert_ds.model.loss import pretraining_loss
 
         for batch in micro_batches:
+            batch = to_device(batch, device())
             mask = batch["loss_mask"]
             with autocast(self.precision):
                 out = self.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], mask)
@@ -148,9 +154,10 @@ class HuggingFace:
         self.optimizer = hf_adamw(self.model, lr=1e-4, eps=1e-6)
 
     def step(self, micro_batches: list[dict]) -> None:
-        from bert_ds.runtime.device import autocast
+        from bert_ds.runtime.device import autocast, device, to_device
 
         for batch in micro_batches:
+            batch = to_device(batch, device())
             labels = batch["labels"].masked_fill(~batch["loss_mask"], -100)
             with autocast(self.precision):
                 out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],

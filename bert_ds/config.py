@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Optional
 
 from bert_ds.errors import ConfigError  # noqa: F401 (raised here, imported from here by many)
 
@@ -181,8 +181,9 @@ class DataConfig:
     block_documents: int = 64
     """Documents read, paired and shuffled together; NotNext partners come from the same block.
     A resume re-reads at most one block."""
-    num_workers: int = 0
-    """DataLoader worker processes per rank (0: build batches in the training process)."""
+    num_workers: Optional[int] = 0
+    """DataLoader worker processes per rank (0: build batches in the training process; None:
+    `auto`, which the launch plan resolves before a loader is built)."""
     txt_documents: Literal["file", "blank_line"] = "file"
     """.txt sources: one document per file, or one per blank-line separated block."""
     sentence_splitter: str = DEFAULT_SENTENCE_SPLITTER
@@ -211,7 +212,7 @@ class DataConfig:
             problems.append(f"--short-seq-prob {self.short_seq_prob} must be in [0, 1]")
         if self.block_documents < 2:
             problems.append(f"--block-documents {self.block_documents} must be at least 2 (NSP needs a second document)")
-        if self.num_workers < 0:
+        if self.num_workers is not None and self.num_workers < 0:
             problems.append(f"--num-workers {self.num_workers} must be >= 0")
         if self.txt_documents not in ("file", "blank_line"):
             problems.append(f"--txt-documents {self.txt_documents!r} must be 'file' or 'blank_line'")

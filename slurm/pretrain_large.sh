@@ -28,6 +28,8 @@
 #   KEEP_BEST=1    keep the best evaluated checkpoint apart from KEEP_LAST (OUTPUT_DIR/best.json)
 #   TOKENIZER      default: bert-base-uncased (built in; Google's vocabulary); --lowercase as extra argument
 #   OUTPUT_DIR     checkpoints, metrics.jsonl, tensorboard/, logs/ (default $REPO/runs/bert-large)
+#   NUM_WORKERS    data-loader processes per GPU (auto: 2, or a resumed checkpoint's count so the
+#                  data stream continues exactly; each takes a core of --cpus-per-task)
 #   SAVE_INTERVAL KEEP_LAST LOG_INTERVAL TRAIN_STEPS STOP_AT_STEP SEQ_LENGTH PYTHON
 #   PLAN_AHEAD=1   (with DRY_RUN=1) phase 2's plan as if phase 1 had finished, without looking for
 #                  its checkpoint: what pretrain_large_all.sh checks at submission
@@ -63,6 +65,7 @@ PRECISION="${PRECISION:-auto}"
 TRAIN_STEPS="${TRAIN_STEPS:-1000000}"
 GLOBAL_BATCH="${GLOBAL_BATCH:-256}"
 MICRO_BATCH="${MICRO_BATCH:-auto}"
+NUM_WORKERS="${NUM_WORKERS:-auto}"
 SAVE_INTERVAL="${SAVE_INTERVAL:-2000}"
 KEEP_LAST="${KEEP_LAST:-3}"
 LOG_INTERVAL="${LOG_INTERVAL:-100}"
@@ -84,7 +87,7 @@ read -r -a data_sources <<< "$DATA"
 options=(
   --preset "$PRESET" --tensor-parallel "$TP" --pipeline-parallel "$PP" --precision "$PRECISION"
   --seq-length "$SEQ_LENGTH" --train-steps "$TRAIN_STEPS" --global-batch-size "$GLOBAL_BATCH"
-  --micro-batch-size "$MICRO_BATCH" --data "${data_sources[@]}"
+  --micro-batch-size "$MICRO_BATCH" --num-workers "$NUM_WORKERS" --data "${data_sources[@]}"
   --save "$OUTPUT_DIR" --save-interval "$SAVE_INTERVAL" --keep-last "$KEEP_LAST"
   --log-interval "$LOG_INTERVAL" --metrics-file "$OUTPUT_DIR/metrics.jsonl" --tensorboard-dir "$OUTPUT_DIR/tensorboard"
 )

@@ -143,3 +143,46 @@ def test_cpu_attention_with_dropout_gives_the_same_bits_from_any_head_layout(dty
         results.append((out.detach(), mixed.grad.clone()))
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
     assert results[0][1].abs().sum() > 0
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_batch_without_padding_needs_no_mask(layout, causal, monkeypatch):
+    """attention_mask=None (what a step passes for a batch with no padding) computes what an
+    all-ones mask computes, and a bidirectional model then hands SDPA no mask at all (the
+    condition for FlashAttention on a GPU); the causal one keeps its causal mask."""
+    import torch.nn.functional as F
+
+    model = _model(layout, causal=causal).eval()
+    batch = synthetic_batch(VOCAB, batch=2, seq=10, seed=5)
+    ones = torch.ones_like(batch["attention_mask"])
+    masks = []
+    sdpa = F.scaled_dot_product_attention
+
+    def recording(*args, attn_mask=None, **kwargs):
+        masks.append(attn_mask)
+        return sdpa(*args, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    with torch.no_grad():
+        unmasked = model(batch["input_ids"], batch["token_type_ids"], None, batch["loss_mask"])
+        assert all((m is None) != causal for m in masks) and masks
+        full = model(batch["input_ids"], batch["token_type_ids"], ones, batch["loss_mask"])
+    torch.testing.assert_close(unmasked.mlm_logits, full.mlm_logits, atol=0, rtol=0)
+    torch.testing.assert_close(unmasked.nsp_logits, full.nsp_logits, atol=0, rtol=0)
+
+
+def test_predicted_positions_as_flat_indices_select_what_the_bool_mask_selects(layout):
+    """The step passes the loss mask's flat indices (read on the host) instead of the bool mask:
+    the same rows, in the same batch-major order as labels[loss_mask]."""
+    import numpy as np
+
+    from bert_ds.model.selection import selected_rows
+
+    model = _model(layout).eval()
+    batch = synthetic_batch(VOCAB, batch=3, seq=12, seed=6)
+    positions = torch.from_numpy(np.flatnonzero(batch["loss_mask"].numpy()))
+    with torch.no_grad():
+        by_mask = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["loss_mask"])
+        by_index = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], positions)
+    torch.testing.assert_close(by_index.mlm_logits, by_mask.mlm_logits, atol=0, rtol=0)
+    assert torch.equal(selected_rows(batch["labels"], positions), batch["labels"][batch["loss_mask"]])

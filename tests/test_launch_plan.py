@@ -201,6 +201,11 @@ def test_the_recipe_is_what_the_scripts_resolve(checkout, tmp_path):
     assert (phase1["precision"], phase1["precision_reason"]) == ("bf16", "planned for a GPU with bf16 (Ampere or later)")
     assert plan("slurm/pretrain_large.sh", PRECISION="fp16")["precision"] == "fp16"  # PRECISION reaches the run
     assert phase1["evaluation"] is None  # no held-out data by default
+    # Loader workers: the checkpoint's count when resuming one (exact data stream), else 2 per GPU.
+    assert phase1["data_config"]["num_workers"] == 0 and "checkpoint's count" in phase1["loader"]
+    fresh = plan("slurm/pretrain_large.sh", OUTPUT_DIR=str(tmp_path / "fresh"), STOP_AT_STEP="")
+    assert fresh["data_config"]["num_workers"] == 2 and "pinned host memory" in fresh["loader"]
+    assert plan("slurm/pretrain_large.sh", NUM_WORKERS="4")["data_config"]["num_workers"] == 4
     held_out = f"wiki={checkout}/bert_ds/data/sample/wiki/enwiki-held-out.jsonl"
     evaluated = plan("slurm/pretrain_large.sh", EVAL_INTERVAL="2000", EVAL_DATA=held_out, EVAL_SAMPLES="10000",
                      TARGET_MLM_ACCURACY="0.72", KEEP_BEST="1")["evaluation"]

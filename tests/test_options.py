@@ -73,9 +73,9 @@ def test_defaults_live_in_the_dataclasses_and_the_preset_table():
             assert getattr(getattr(run, name), f.name) == TRAINING_DEFAULTS["tiny"].get(f.name, default), f.name
     large = parse_args(["--preset", "large"])
     assert (large.optim.lr, large.optim.train_steps, large.optim.global_batch_size) == (1e-4, 1_000_000, 256)
-    # The data defaults are DataConfig's own.
+    # The data defaults are DataConfig's own, but for the two the launch plan resolves (`auto`).
     defaults = DataConfig()
-    assert run.data_config() == dataclasses.replace(defaults, micro_batch_size=None)
+    assert run.data_config() == dataclasses.replace(defaults, micro_batch_size=None, num_workers=None)
 
 
 def test_records_stay_flat_and_rebuild_the_tree():
@@ -92,6 +92,8 @@ def test_every_data_setting_is_an_option_that_reaches_the_data_config():
     data = run.data_config()
     assert (data.mask_prob, data.short_seq_prob, data.block_documents, data.txt_documents) == (0.25, 0.5, 8, "blank_line")
     assert data.dynamic_masking is False and data.sentence_splitter == "regex"
+    assert parse_args(["--num-workers", "3"]).data_config().num_workers == 3
+    assert parse_args(["--num-workers", "auto"]).data_config().num_workers is None
     leaves = {f.name for f in dataclasses.fields(sections(RunConfig)["data"])} | {"micro_batch_size"}
     assert {f.name for f in dataclasses.fields(DataConfig)} - leaves == set()
 
@@ -126,6 +128,10 @@ def test_the_new_options_as_a_user_runs_them(tmp_path):
     plan = json.loads(plan_file.read_text())
     assert plan["data_config"]["mask_prob"] == 0.2 and plan["data_config"]["txt_documents"] == "blank_line"
     assert plan["adam_beta2"] == 0.98
+    # --num-workers auto on a CPU: 0 (a worker would take a core from the model), said in the plan.
+    assert plan["data_config"]["num_workers"] == 0 and plan["loader"].startswith("0 worker processes per rank (auto on CPUs")
+    workers = run_entrypoint("bert_ds/pretrain.py", ["--dry-run", "cpu", "--num-workers", "-1"])
+    assert workers.returncode == 2 and "Traceback" not in workers.stderr and "--num-workers" in workers.stderr
     bad = run_entrypoint("bert_ds/pretrain.py", ["--dry-run", "cpu", "--short-seq-prob", "2"])
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--short-seq-prob 2.0 must be in [0, 1]" in bad.stderr
 

@@ -55,7 +55,9 @@ class _ShardBatches(IterableDataset):
             batch = collate(
                 chunk, ids, config.seq_length, config.objective, config.seed, config.dynamic_masking, config.mask_prob
             )
-            yield batch, role, stream.state_dict()
+            # Tensors already here (in the worker), so that the DataLoader's pinning thread can
+            # page-lock them while the training process is busy.
+            yield {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in batch.items()}, role, stream.state_dict()
 
 
 class PretrainingLoader:
@@ -67,14 +69,20 @@ class PretrainingLoader:
     """
 
     def __init__(
-        self, sources: list[DataSource], tokenizer, config: DataConfig, dp_rank: int = 0, dp_size: int = 1
+        self, sources: list[DataSource], tokenizer, config: DataConfig, dp_rank: int = 0, dp_size: int = 1,
+        pin_memory: bool = False,
     ):
+        """`pin_memory`: hand out batches in page-locked host memory, so that their copy to a GPU
+        runs asynchronously (runtime/device.py pins_host_memory decides; no effect on the data)."""
+        if config.num_workers is None:
+            raise DataError("--num-workers is `auto` until the launch plan resolves it (training/plan/resolve.py).")
         config.validate()
         check_sources(sources, config.txt_documents)
         if not 0 <= dp_rank < dp_size:
             raise DataError(f"dp_rank {dp_rank} must be in [0, {dp_size}).")
         self.sources, self.tokenizer, self.config = sources, tokenizer, config
         self.dp_rank, self.dp_size = dp_rank, dp_size
+        self.pin_memory = pin_memory
         self._workers = max(config.num_workers, 1)
         self._states: list[Optional[dict]] = [None] * self._workers
         self._next_role = 0
@@ -91,6 +99,7 @@ class PretrainingLoader:
             num_workers=self.config.num_workers,
             collate_fn=_identity,
             prefetch_factor=4 if self.config.num_workers else None,
+            pin_memory=self.pin_memory,
             # Its own generator: creating the iterator must not draw from the global RNG, or a
             # resumed run (which creates it later) would shift every dropout mask after it.
             generator=torch.Generator().manual_seed(self.config.seed),
@@ -99,7 +108,7 @@ class PretrainingLoader:
             self._states[role] = state
             self._next_role = (role + 1) % self._workers
             self.batches_consumed += 1
-            yield {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in batch.items()}
+            yield batch
 
     def state_dict(self) -> dict:
         """Everything needed to continue at the next unseen example (small: no token data)."""

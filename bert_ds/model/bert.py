@@ -19,6 +19,7 @@ from megatron.core.transformer.transformer_block import TransformerBlock, Transf
 from bert_ds.config import ModelConfig
 from bert_ds.model.dropout import Dropout
 from bert_ds.model.layers import layer_norm_impl
+from bert_ds.model.selection import selected_rows
 from bert_ds.model.unpadding import PackedTokens
 
 
@@ -142,15 +143,20 @@ class BertModel(MegatronModule):
         self,
         input_ids: torch.Tensor,  # [b, s]
         token_type_ids: Optional[torch.Tensor] = None,  # [b, s], 0 = segment A, 1 = segment B
-        attention_mask: Optional[torch.Tensor] = None,  # [b, s], 1 = real token, 0 = padding
+        attention_mask: Optional[torch.Tensor] = None,  # [b, s], 1 = real token, 0 = padding; None: no padding
     ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Returns (sequence_output [s, b, h], pooled_output [b, h] or None)."""
+        """Returns (sequence_output [s, b, h], pooled_output [b, h] or None).
+
+        Without `attention_mask` (a batch with no padding) a bidirectional model's attention gets
+        no mask at all, which lets SDPA choose FlashAttention on a GPU."""
+        causal = self.model_config.causal
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        if attention_mask is None:
+        unpadded = attention_mask is None
+        if unpadded:
             attention_mask = torch.ones_like(input_ids)
-        masked_out = attention_mask_to_masked_out(attention_mask, self.model_config.causal)
-        packing = PackedTokens.of(attention_mask, masked_out) if self.unpad else None
+        masked_out = None if unpadded and not causal else attention_mask_to_masked_out(attention_mask, causal)
+        packing = PackedTokens.of(attention_mask, masked_out) if self.unpad and not unpadded else None
         if packing is None:
             hidden = self.embeddings(input_ids, token_type_ids)  # [s, b, h]
             sequence_output = self.encoder(hidden, attention_mask=masked_out)
@@ -160,7 +166,7 @@ class BertModel(MegatronModule):
             sequence_output = packing.unpack(packed_output).transpose(0, 1)  # [s, b, h]
         if self.pooler is None:
             return sequence_output, None
-        return sequence_output, self.pooler(sequence_output, pooled_positions(attention_mask, self.model_config.causal))
+        return sequence_output, self.pooler(sequence_output, pooled_positions(attention_mask, causal))
 
 
 class BertLMHead(MegatronModule):
@@ -219,11 +225,12 @@ class BertForPretraining(MegatronModule):
         input_ids: torch.Tensor,
         token_type_ids: Optional[torch.Tensor],
         attention_mask: Optional[torch.Tensor],
-        loss_mask: torch.Tensor,  # [b, s] bool: positions whose token is predicted
+        loss_mask: torch.Tensor,  # [b, s] bool: positions whose token is predicted, or their flat indices
     ) -> PretrainingOutput:
         sequence_output, pooled = self.bert(input_ids, token_type_ids, attention_mask)
         # Only the selected positions go through the vocabulary decoder (about 15% of them).
-        selected = sequence_output.transpose(0, 1)[loss_mask.bool()]  # [n_selected, h]
+        selection = loss_mask if loss_mask.dim() == 1 else loss_mask.bool()
+        selected = selected_rows(sequence_output, selection, seq_first=True)  # [n_selected, h]
         mlm_logits = self.lm_head(selected, self.bert.embeddings.word_embeddings.weight)
         nsp_logits = self.nsp_head(pooled) if self.nsp_head is not None else None
         return PretrainingOutput(mlm_logits, nsp_logits, sequence_output)

@@ -126,6 +126,12 @@ def set_current_device() -> None:
         torch.cuda.set_device(device())
 
 
+def pins_host_memory(target: torch.device) -> bool:
+    """Whether loaders should hand out page-locked batches for `target`: a copy from pinned memory
+    to a GPU runs asynchronously beside the compute; to a CPU there is nothing to copy."""
+    return is_gpu(target.type)
+
+
 def to_device(batch: dict, target: torch.device) -> dict:
     """A batch of tensors moved to `target` (asynchronously where the device allows it)."""
     return {name: tensor.to(target, non_blocking=True) for name, tensor in batch.items()}

@@ -52,8 +52,15 @@ def setup_engine(run: RunConfig, model_config, layout, deepspeed_setup=None):
 
 
 def setup_data(run: RunConfig, tokenizer, layout):
-    """This rank's shard of the pre-training stream (data/loader.py)."""
-    return PretrainingLoader(parse_sources(run.data.sources), tokenizer, run.data_config(), layout.dp_rank, layout.data_parallel)
+    """This rank's shard of the pre-training stream (data/loader.py). --num-workers is the plan's;
+    a caller without a plan (benchmarks) gets `auto`'s choice for a fresh start."""
+    from bert_ds.runtime.device import is_gpu, pins_host_memory
+    from bert_ds.training.plan.resolve import loader_workers
+
+    if run.data.num_workers is None:
+        run = run.with_num_workers(loader_workers(None, "gpu" if is_gpu(layout.device.type) else "cpu", None)[0])
+    return PretrainingLoader(parse_sources(run.data.sources), tokenizer, run.data_config(), layout.dp_rank, layout.data_parallel,
+                             pin_memory=pins_host_memory(layout.device))
 
 
 def read_evaluation_data(run: RunConfig, tokenizer):

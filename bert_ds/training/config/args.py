@@ -20,7 +20,7 @@ from bert_ds.config import (
 )
 from bert_ds.options import HelpFormatter, add_options, flat, from_namespace, option, refuse_empty_values, sections
 from bert_ds.training.config.sections import (
-    OptimizerOptions, ParallelOptions, PlanOptions, at_least, dropout_problems, micro_batch_size, positive_finite,
+    OptimizerOptions, ParallelOptions, PlanOptions, at_least, dropout_problems, micro_batch_size, num_workers, positive_finite,
 )
 
 # Presets as data: the training values each preset overrides (the model's are config.PRESETS).
@@ -110,8 +110,10 @@ class DataOptions:
     """.txt sources of layout `book`: one document per file, or one per blank-line separated block."""
     sentence_splitter: str = field(default=DataConfig.sentence_splitter, metadata=option(choices=SENTENCE_SPLITTERS))
     """How paragraphs are cut into NSP's sentences (data/text/splitters.py)."""
-    num_workers: int = DataConfig.num_workers
-    """DataLoader worker processes per rank (0: batches are built in the training process)."""
+    num_workers: Optional[int] = field(default=None, metadata=option(parse=num_workers))
+    """DataLoader worker processes per rank (0: batches are built in the training process), or
+    auto (the default): the checkpoint's count when resuming one (so the data stream continues
+    exactly), else 2 per GPU rank and 0 on CPUs (training/plan/resolve.py, loader_workers)."""
     seed: int = DataConfig.seed
     """Seeds the weights, dropout, file order, pairing, shuffling and masking."""
 
@@ -324,6 +326,10 @@ class RunConfig:
     def flat(self) -> dict:
         """{option name: value}: the shape of the records (checkpoints, plan JSON)."""
         return flat(self)
+
+    def with_num_workers(self, workers: int) -> "RunConfig":
+        """A copy with --num-workers `auto` resolved (the launch plan's)."""
+        return dataclasses.replace(self, data=dataclasses.replace(self.data, num_workers=workers))
 
     def with_micro_batch(self, micro_batch_size: int) -> "RunConfig":
         """A copy with `auto` resolved to this micro batch (the launch plan's)."""

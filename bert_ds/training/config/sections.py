@@ -19,17 +19,27 @@ from bert_ds.options import option
 from bert_ds.runtime.precision import PRECISIONS
 
 
-def micro_batch_size(text: str) -> Optional[int]:
-    """`auto` (None) or a positive integer, for --micro-batch-size."""
-    if text == "auto":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (or auto), got {value}")
-    return value
+def auto_or_at_least(minimum: int, expected: str):
+    """A parser of `auto` (None) or an integer of at least `minimum` (`expected` says it in words)."""
+
+    def parse(text: str) -> Optional[int]:
+        if text == "auto":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected} or auto, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum} (or auto), got {value}")
+        return value
+
+    return parse
+
+
+micro_batch_size = auto_or_at_least(1, "a positive integer")
+"""--micro-batch-size: `auto` (None) or a positive integer."""
+num_workers = auto_or_at_least(0, "a number of worker processes")
+"""--num-workers: `auto` (None) or 0 or more."""
 
 
 def flag(name: str) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from bert_ds.runtime.device import is_gpu
+from bert_ds.training.engine.lamb import Lamb
 from bert_ds.model.init import is_bias_parameter, is_norm_parameter
 
 
@@ -43,40 +44,6 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-
-
-class Lamb(torch.optim.Optimizer):
-    """LAMB (You et al. 2019): Adam moments, update rescaled per tensor by ||w|| / ||update||.
-
-    Used on CPU (and wherever DeepSpeed's fused CUDA LAMB is unavailable). Weight decay is added
-    to the update before the trust ratio, as in the paper; no bias correction (paper's variant).
-    """
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                state = self.state[param]
-                if not state:
-                    state["exp_avg"] = torch.zeros_like(param)
-                    state["exp_avg_sq"] = torch.zeros_like(param)
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.mul_(beta1).add_(param.grad, alpha=1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(param.grad, param.grad, value=1 - beta2)
-                update = exp_avg / (exp_avg_sq.sqrt() + group["eps"])
-                if group["weight_decay"]:
-                    update.add_(param, alpha=group["weight_decay"])
-                weight_norm, update_norm = param.norm(), update.norm()
-                trust = (weight_norm / update_norm) if weight_norm > 0 and update_norm > 0 else 1.0
-                param.add_(update, alpha=-group["lr"] * float(trust))
-        return loss
 
 
 def global_grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
@@ -140,6 +107,12 @@ class _SkippingLamb(SkipsNonFiniteSteps, Lamb):
     pass
 
 
+def _skipping_fused_lamb():
+    from bert_ds.training.engine.lamb import fused_lamb_class
+
+    return type("_SkippingFusedLamb", (SkipsNonFiniteSteps, fused_lamb_class()), {})
+
+
 def build_optimizer(settings: OptimizerSettings, model: torch.nn.Module, device_type: str, offloaded: bool,
                     zero_stage: int = 1) -> torch.optim.Optimizer:
     """AdamW or LAMB over `model`'s parameters with BERT's weight-decay groups.
@@ -155,10 +128,10 @@ def optimizer_over(settings: OptimizerSettings, groups: list[dict], device_type:
     """AdamW or LAMB over parameter `groups` (also the fp32 masters of training/engine/master_weights.py)."""
     common = dict(lr=settings.lr, betas=settings.betas, eps=settings.eps)
     if settings.name == "lamb":
-        if is_gpu(device_type):
-            from deepspeed.ops.lamb import FusedLamb
+        if is_gpu(device_type) and not offloaded:
+            from bert_ds.training.engine.lamb import build_fused_lamb, fused_lamb_class
 
-            return FusedLamb(groups, **common)
+            return build_fused_lamb(_skipping_fused_lamb() if skips_non_finite else fused_lamb_class(), groups, **common)
         return (_SkippingLamb if skips_non_finite else Lamb)(groups, **common)
     if offloaded:
         # ZeRO-Offload steps the optimizer on the CPU; DeepSpeed's CPU Adam is its fast path.

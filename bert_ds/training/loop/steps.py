@@ -3,29 +3,39 @@
 Both paths return the same `StepResult`: sums over this rank's micro-batches that
 `reduce_step_results` turns into global means (over data-parallel ranks; with pipelines the
 last stage, which holds the losses, sends them to the logging rank).
+
+The device is never read back inside a step: what the step must know about a batch (its token
+counts, which positions are predicted, whether it has padding) is read from the loader's host
+copy before it moves, and the losses stay on the device as sums that the trainer reads once per
+logging window. On a GPU each such read would stall the host until the device drained its queue.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Iterator
+from typing import Iterator, Union
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from bert_ds.model.loss import pretraining_loss
+from bert_ds.model.selection import selected_rows
 from bert_ds.runtime.device import to_device
+
+Number = Union[float, torch.Tensor]
 
 
 @dataclass
 class StepResult:
-    """Sums over micro-batches (divide by `micro_batches` for means)."""
+    """Sums over micro-batches (divide by `micro_batches` for means). Fields are floats or, for the
+    losses of a plain step, 0-d tensors still on the device (`reduce_step_results` reads them)."""
 
-    loss: float = 0.0
-    mlm_loss: float = 0.0
-    nsp_loss: float = 0.0
-    mlm_accuracy: float = 0.0
-    nsp_accuracy: float = 0.0
+    loss: Number = 0.0
+    mlm_loss: Number = 0.0
+    nsp_loss: Number = 0.0
+    mlm_accuracy: Number = 0.0
+    nsp_accuracy: Number = 0.0
     micro_batches: float = 0.0
     samples: float = 0.0
     tokens: float = 0.0
@@ -37,42 +47,59 @@ class StepResult:
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
         return self
 
-    def as_tensor(self) -> torch.Tensor:
-        return torch.tensor([getattr(self, f.name) for f in fields(self)], dtype=torch.float64)
+    def as_tensor(self, device: Union[str, torch.device] = "cpu") -> torch.Tensor:
+        """float64 [fields] on `device`, without reading any device value on the host."""
+        return torch.stack([
+            torch.as_tensor(getattr(self, f.name)).detach().to(device=device, dtype=torch.float64) for f in fields(self)
+        ])
 
     @classmethod
     def from_tensor(cls, values: torch.Tensor) -> "StepResult":
         return cls(*values.tolist())
 
 
-def _count(batch: dict) -> StepResult:
-    return StepResult(
-        samples=float(batch["input_ids"].shape[0]),
-        tokens=float(batch["attention_mask"].sum()),
-        predicted_tokens=float(batch["loss_mask"].sum()),
-    )
+def _host_array(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()
+
+
+def read_on_host(batch: dict) -> tuple[dict, StepResult, bool]:
+    """(the batch with `predicted_positions`, its counts, whether it has no padding), all read
+    from the loader's host tensors through numpy, so no device value is ever waited for.
+
+    `predicted_positions` are the flat (batch-major) indices of `loss_mask`: the model and the
+    labels select rows by them (model/selection.py), where boolean indexing on the device would
+    first read back how many rows there are. A batch already on the device (a benchmark's) is
+    read back here instead: correct, at the cost of those reads."""
+    attention, loss_mask = (_host_array(batch[name]) for name in ("attention_mask", "loss_mask"))
+    positions = np.flatnonzero(loss_mask)
+    counts = StepResult(samples=float(attention.shape[0]), tokens=float(attention.sum()), predicted_tokens=float(positions.size))
+    return dict(batch, predicted_positions=torch.from_numpy(positions)), counts, bool(attention.all())
 
 
 def plain_step(engine, batches: Iterator[dict], accumulation: int, layout, poison: bool = False) -> StepResult:
     """`accumulation` micro-batches of forward/backward, then one optimizer step on this rank of
-    `layout`. `poison` makes the loss NaN (training/loop/faults.py: the injected-divergence test)."""
+    `layout`. `poison` makes the loss NaN (training/loop/faults.py: the injected-divergence test).
+
+    A batch without padding goes in without an attention mask, which lets a GPU's SDPA pick
+    FlashAttention (a mask rules it out)."""
     result = StepResult()
     for _ in range(accumulation):
-        batch = to_device(next(batches), layout.device)
-        loss_mask = batch["loss_mask"]
-        out = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], loss_mask)
+        host, micro, unpadded = read_on_host(next(batches))
+        batch = to_device(host, layout.device)
+        positions = batch["predicted_positions"]
+        out = engine(batch["input_ids"], batch["token_type_ids"], None if unpadded else batch["attention_mask"], positions)
         losses = pretraining_loss(
-            out.mlm_logits, batch["labels"][loss_mask], out.nsp_logits, batch.get("next_sentence_label"), tp_group=layout.tp_group
+            out.mlm_logits, selected_rows(batch["labels"], positions), out.nsp_logits, batch.get("next_sentence_label"),
+            tp_group=layout.tp_group,
         )
         if poison:
             losses.loss = losses.loss * float("nan")
         engine.backward(losses.loss)  # DeepSpeed divides by the accumulation steps
         engine.step()  # applies the update only at the accumulation boundary
-        micro = _count(batch)
-        micro.loss, micro.mlm_loss = losses.loss.item(), losses.mlm_loss.item()
-        micro.mlm_accuracy, micro.micro_batches = losses.mlm_accuracy.item(), 1.0
+        micro.loss, micro.mlm_loss = losses.loss.detach(), losses.mlm_loss.detach()
+        micro.mlm_accuracy, micro.micro_batches = losses.mlm_accuracy, 1.0
         if losses.nsp_loss is not None:
-            micro.nsp_loss, micro.nsp_accuracy = losses.nsp_loss.item(), losses.nsp_accuracy.item()
+            micro.nsp_loss, micro.nsp_accuracy = losses.nsp_loss.detach(), losses.nsp_accuracy
             micro.has_nsp = 1.0
         result.add(micro)
     return result
@@ -86,9 +113,10 @@ def pipeline_step(engine, batches: Iterator[dict], accumulation: int, device: to
 
     def feed():
         for _ in range(accumulation):
-            batch = to_device(next(batches), device)
-            counted.add(_count(batch))
-            yield pipeline_batch(batch)
+            batch = next(batches)
+            _, counts, _ = read_on_host(batch)
+            counted.add(counts)
+            yield pipeline_batch(to_device(batch, device))
 
     needs_data = engine.is_first_stage() or engine.is_last_stage()
     engine.train_batch(data_iter=feed() if needs_data else None)
@@ -111,7 +139,7 @@ def reduce_step_results(result: StepResult, layout, pipeline: bool) -> StepResul
     Without pipelines every rank holds losses, and TP ranks hold equal ones, so the DP sum suffices.
     With pipelines only the last stage holds them: it broadcasts the DP sums over its pipeline group.
     """
-    values = result.as_tensor().to(layout.device)
+    values = result.as_tensor(layout.device)
     dist.all_reduce(values, group=layout.dp_group)
     if pipeline and layout.pipeline_parallel > 1:
         last_stage = dist.get_global_rank(layout.pp_group, layout.pipeline_parallel - 1)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import signal
 import time
 from typing import Optional
@@ -56,13 +55,17 @@ class StopRequest:
     def _record(self, number, _frame):
         self.signal = self.signal or number
 
-    def agreed(self, layout, nonfinite_loss: bool, skipped: bool) -> tuple[int, bool, bool]:
+    def agreed(self, layout, loss, skipped: bool) -> tuple[int, bool, bool]:
         """Collective: (the signal any rank received, whether any rank's loss was not finite,
-        whether the update was skipped); ranks get signals at different moments."""
+        whether the update was skipped); ranks get signals at different moments. `loss` (this
+        step's, a float or a tensor still on the device) is checked on the device: this is the
+        step's one read of the device, shared with the signal and skip flags."""
         import torch
         import torch.distributed as dist
 
-        flags = torch.tensor([int(self.signal), int(nonfinite_loss), int(skipped)], device=layout.device)
+        nonfinite = ~torch.isfinite(torch.as_tensor(loss).detach().to(device=layout.device, dtype=torch.float64))
+        flags = torch.stack([torch.tensor(int(self.signal), device=layout.device), nonfinite.long(),
+                             torch.tensor(int(skipped), device=layout.device)])
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         signal_number, nonfinite, skip = flags.tolist()
         return signal_number, bool(nonfinite), bool(skip)
@@ -155,7 +158,7 @@ class Trainer:
             state.step += 1
             state.consumed_samples += run.optim.global_batch_size
             faults.at("step", state.step, layout.rank)
-            state.stopped_by, nonfinite, skipped = stop.agreed(layout, not math.isfinite(result.loss), engine.skipped_steps > skipped_before)
+            state.stopped_by, nonfinite, skipped = stop.agreed(layout, result.loss, engine.skipped_steps > skipped_before)
             health.record(state.step, nonfinite, skipped, self.logger.message)
             save_due = bool(run.checkpoint.save and run.checkpoint.save_interval and state.step % run.checkpoint.save_interval == 0)
             eval_due = evaluation is not None and evaluation.due(state.step, last_step)

@@ -94,6 +94,7 @@ def format_pretrain_plan(plan) -> str:
         ("deepspeed", f"{run.parallel.deepspeed_config} -> ZeRO stage {plan.zero_stage}"
                       + (", optimizer offloaded" if plan.memory.host else "")),
         ("precision", f"{plan.precision} on {'GPU' if plan.device_type != 'cpu' else 'CPU'}: {plan.precision_reason}"),
+        ("loader", plan.loader_text),
         ("tokenizer", f"{plan.tokenizer_text}; embedding rows {config.vocab_size:,} (padded to a multiple of 128)"),
         ("data", "\n".join(f"{s.name} {100 * s.share:.1f}%: {s.location} ({s.detail})" for s in plan.sources)),
     ]
@@ -144,7 +145,7 @@ def pretrain_plan_json(plan) -> dict:
         weight_decay=run.optim.weight_decay, warmup_steps=run.optim.warmup_steps, clip_grad=run.optim.clip_grad,
         hidden_dropout=config.hidden_dropout, attention_dropout=config.attention_dropout, objective=run.data.objective,
         deepspeed_config=run.parallel.deepspeed_config, zero_stage=plan.zero_stage, precision=plan.precision, precision_reason=plan.precision_reason,
-        tokenizer=plan.tokenizer_text, vocab_size=plan.tokenizer.vocab_size if plan.tokenizer else None,
+        loader=plan.loader_text, tokenizer=plan.tokenizer_text, vocab_size=plan.tokenizer.vocab_size if plan.tokenizer else None,
         padded_vocab_size=config.vocab_size, data=[dataclasses.asdict(s) for s in plan.sources],
         unk_check=[dict(dataclasses.asdict(s), unk_share=s.unk_share) for s in plan.samples],
         resume=plan.resume_text, save=run.checkpoint.save, memory=memory_json(plan.memory), checkpoint_bytes=plan.checkpoint_bytes,

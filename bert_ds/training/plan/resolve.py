@@ -43,6 +43,8 @@ class LaunchPlan:
     precision: str
     """"fp32", "bf16" or "fp16" (bert_ds/runtime/precision.py)."""
     precision_reason: str
+    loader_text: str
+    """The loader's worker processes and pinned memory, and why (loader_workers)."""
     tokenizer: object
     """The loaded tokenizer, or None when the sample's is still to be trained (dry run)."""
     tokenizer_text: str
@@ -149,7 +151,9 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
         from bert_ds.data.sources import check_sources, parse_sources
 
         check_sources(parse_sources(run.eval.eval_data), run.data.txt_documents)
-    resume_text, start_step = _resume(run)
+    resume_text, start_step, saved_workers = _resume(run)
+    workers, workers_reason = loader_workers(run.data.num_workers, device_type, saved_workers)
+    run = run.with_num_workers(workers)
     last_step = min(run.optim.train_steps, run.checkpoint.stop_at_step or run.optim.train_steps)
     run_tokens = max(last_step - start_step, 0) * run.optim.global_batch_size * run.data.seq_length
     sources = plan_sources(run, tokenizer, dp * max(run.data.num_workers, 1), run_tokens)
@@ -167,7 +171,10 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
     return LaunchPlan(
         run=run, world_size=world, world_from=world_from, device_type=device_type, data_parallel=dp,
         model_config=model_config, batch=batch, deepspeed=deepspeed, notes=notes,
-        precision=precision, precision_reason=choice.reason, tokenizer=tokenizer, tokenizer_text=tokenizer_text, sources=sources,
+        precision=precision, precision_reason=choice.reason,
+        loader_text=f"{workers} worker process{'es' if workers != 1 else ''} per rank"
+                    f"{', pinned host memory' if device_type == 'gpu' else ''} ({workers_reason})",
+        tokenizer=tokenizer, tokenizer_text=tokenizer_text, sources=sources,
         resume_text=resume_text, start_step=start_step,
         parameters=model_parameters(model_config, with_nsp),
         parameters_per_rank=max(stage_parameters(model_config, run.parallel.tensor_parallel, run.parallel.pipeline_parallel, s, with_nsp)
@@ -192,30 +199,50 @@ def sample_sources(run: RunConfig, tokenizer, include_hub: bool = False) -> list
             for s in sources if include_hub or not s.is_hub]
 
 
-def _resume(run: RunConfig) -> tuple[str, int]:
-    """Where the run continues (a description and the step), refusing a premature phase switch."""
+# Loader processes per GPU rank for --num-workers auto (Megatron's default too): tokenizing and
+# masking run at about 0.7M tokens/s per core, the order of one GPU's BERT-base rate.
+GPU_LOADER_WORKERS = 2
+
+
+def loader_workers(requested: Optional[int], device_type: str, saved: Optional[int]) -> tuple[int, str]:
+    """(DataLoader workers per rank, why): --num-workers, or for `auto` (None) the resumed
+    checkpoint's count (a different count re-divides the data stream's shards, data/reshard.py),
+    else GPU_LOADER_WORKERS on GPUs and 0 on CPUs, where a worker takes a core from the model."""
+    if requested is not None:
+        return requested, "--num-workers"
+    if saved is not None:
+        return saved, "auto: the checkpoint's count, so its data stream continues exactly"
+    if device_type == "gpu":
+        return GPU_LOADER_WORKERS, "auto on GPUs: batches are built beside the training process"
+    return 0, "auto on CPUs: a worker process would take a core from the model"
+
+
+def _resume(run: RunConfig) -> tuple[str, int, Optional[int]]:
+    """Where the run continues (a description and the step) and the loader workers its checkpoint
+    was written with (None: no ZeRO checkpoint), refusing a premature phase switch."""
     from bert_ds.checkpoint import zero as checkpoints
     from bert_ds.checkpoint.portable import is_portable
 
     load_dir = run.checkpoint.load_dir
     if run.plan.plan_from_step is not None:
-        return f"planned as if resuming at step {run.plan.plan_from_step:,} (--plan-from-step; not checked now)", run.plan.plan_from_step
+        return f"planned as if resuming at step {run.plan.plan_from_step:,} (--plan-from-step; not checked now)", run.plan.plan_from_step, None
     if load_dir is None:
-        return "fresh start (no --load / --auto-resume)", 0
+        return "fresh start (no --load / --auto-resume)", 0, None
     if is_portable(load_dir):
-        return f"weights from the portable checkpoint {load_dir}", 0
+        return f"weights from the portable checkpoint {load_dir}", 0, None
     if (Path(load_dir) / checkpoints.COMPLETE).is_file():
         load_dir, tag = str(Path(load_dir).parent), Path(load_dir).name
     elif run.checkpoint.auto_resume and checkpoints.latest_complete_tag(load_dir) is None:
         _check_phase(run, load_dir, None)
-        return f"fresh start (no checkpoint in {load_dir} yet)", 0
+        return f"fresh start (no checkpoint in {load_dir} yet)", 0, None
     else:
         tag = checkpoints.require_latest(load_dir)
     marker = checkpoints.read_marker(load_dir, tag)
     _check_phase(run, load_dir, marker)
     saved_seq = (marker.get("run") or {}).get("seq_length")
     switch = f", sequence length {saved_seq} -> {run.data.seq_length}" if saved_seq and saved_seq != run.data.seq_length else ""
-    return f"{Path(load_dir) / tag} (step {marker['step']:,}{switch})", int(marker["step"])
+    saved_workers = (marker.get("layout") or {}).get("num_workers")
+    return f"{Path(load_dir) / tag} (step {marker['step']:,}{switch})", int(marker["step"]), saved_workers
 
 
 def _check_phase(run: RunConfig, load_dir: str, marker: Optional[dict]) -> None:
