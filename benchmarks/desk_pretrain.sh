@@ -9,15 +9,15 @@
 # PREPARED_DIR holds the prepared folders books/, wiki/, books-held-out/, wiki-held-out/. Both
 # phases resume where they stopped when run again (--auto-resume); a finished phase is skipped.
 # Environment: OBJECTIVE (mlm_nsp; Table 5's rows use the same recipe with another objective),
-# SEED (1234), PRECISION (auto), PHASE1_STEPS (5200), TRAIN_STEPS (5600), PYTHON; for tests only:
+# SEED (1234), PRECISION (auto), PHASE1_STEPS (7400), TRAIN_STEPS (8000), PYTHON; for tests only:
 # PRESET (mini), GLOBAL_BATCH (128), EVAL_SAMPLES (2000), EVAL_INTERVAL (200), TOKENIZER.
 set -euo pipefail
 DATA="${1:?usage: desk_pretrain.sh PREPARED_DIR OUT_DIR}"
 OUT="${2:?usage: desk_pretrain.sh PREPARED_DIR OUT_DIR}"
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
-PHASE1_STEPS="${PHASE1_STEPS:-5200}"
-TRAIN_STEPS="${TRAIN_STEPS:-5600}"
+PHASE1_STEPS="${PHASE1_STEPS:-7400}"
+TRAIN_STEPS="${TRAIN_STEPS:-8000}"
 mkdir -p "$OUT"
 
 common=(
