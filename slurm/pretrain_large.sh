@@ -28,8 +28,8 @@
 #   KEEP_BEST=1    keep the best evaluated checkpoint apart from KEEP_LAST (OUTPUT_DIR/best.json)
 #   TOKENIZER      default: bert-base-uncased (built in; Google's vocabulary); --lowercase as extra argument
 #   OUTPUT_DIR     checkpoints, metrics.jsonl, tensorboard/, logs/ (default $REPO/runs/bert-large)
-#   NUM_WORKERS    data-loader processes per GPU (auto: 2, or a resumed checkpoint's count so the
-#                  data stream continues exactly; each takes a core of --cpus-per-task)
+#   NUM_WORKERS    data-loader processes per GPU (auto: 2, or when resuming the count that keeps the
+#                  checkpoint's data shards, so the stream continues exactly; each takes a core)
 #   SAVE_INTERVAL KEEP_LAST LOG_INTERVAL TRAIN_STEPS STOP_AT_STEP SEQ_LENGTH PYTHON
 #   PLAN_AHEAD=1   (with DRY_RUN=1) phase 2's plan as if phase 1 had finished, without looking for
 #                  its checkpoint: what pretrain_large_all.sh checks at submission

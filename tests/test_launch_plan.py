@@ -359,3 +359,18 @@ def test_prepare_data_script_makes_the_folders_the_recipe_reads_and_resumes(chec
     result, plan = _plan_script(checkout, "slurm/pretrain_large.sh", plan_env, tmp_path / "plan.json")
     assert result.returncode == 0, result.stderr[-2000:]
     assert [d["location"] for d in plan["data"]] == [str(tmp_path / "prepared" / n) for n in ("bookcorpus", "wikipedia")]
+
+
+@pytest.mark.parametrize("device, dp, saved, expected", [
+    ("cpu", 4, None, 0), ("gpu", 4, None, 2),  # fresh: 0 on CPUs, 2 per GPU rank
+    ("gpu", 4, dict(data_parallel=4, num_workers=0), 0),  # the same DP size: the checkpoint's count
+    ("cpu", 2, dict(data_parallel=1, num_workers=2), 0),  # 2 shards over 2 ranks: one each, no worker needed
+    ("gpu", 2, dict(data_parallel=1, num_workers=4), 2),  # 4 shards over 2 ranks: 2 workers each
+    ("gpu", 3, dict(data_parallel=2, num_workers=2), 2),  # 4 shards do not divide over 3: re-divided, the default
+])
+def test_auto_loader_workers_keep_a_resumed_checkpoints_data_shards(device, dp, saved, expected):
+    from bert_ds.training.plan.resolve import loader_workers
+
+    workers, reason = loader_workers(None, device, dp, saved)
+    assert workers == expected, reason
+    assert loader_workers(3, device, dp, saved) == (3, "--num-workers")

@@ -128,6 +128,7 @@ def test_the_new_options_as_a_user_runs_them(tmp_path):
     plan = json.loads(plan_file.read_text())
     assert plan["data_config"]["mask_prob"] == 0.2 and plan["data_config"]["txt_documents"] == "blank_line"
     assert plan["adam_beta2"] == 0.98
+    assert plan["collective_timeout"] == 600.0  # every process group's, megatron's included (test_collective_timeout.py)
     # --num-workers auto on a CPU: 0 (a worker would take a core from the model), said in the plan.
     assert plan["data_config"]["num_workers"] == 0 and plan["loader"].startswith("0 worker processes per rank (auto on CPUs")
     workers = run_entrypoint("bert_ds/pretrain.py", ["--dry-run", "cpu", "--num-workers", "-1"])

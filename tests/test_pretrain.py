@@ -156,7 +156,7 @@ def test_unknown_preset_is_refused():
 
 @pytest.mark.parametrize(
     "extra",
-    [["--deepspeed-config", "zero2_offload"], ["--deepspeed-config", "zero2_fp16"], ["--optimizer", "lamb", "--lr", "2e-2"]],
+    [["--deepspeed-config", "zero2_offload"], ["--deepspeed-config", "zero2_fp16"], ["--optimizer", "lamb", "--lr", "1e-1"]],
     ids=["zero2_offload", "zero2_fp16-on-cpu", "lamb"],
 )
 def test_ready_configs_and_lamb_train(tmp_path, cache, extra):

@@ -163,5 +163,6 @@ def _setup(job):
     join_process_group()
     start = resolve(job, dist.get_rank())
     job.validate(dist.get_world_size(), start.model_config)  # the dry run's rules: no grid setting fails late
-    layout = init_parallel(start.model_config, job.parallel.tensor_parallel, 1, seed=job.recipe.seed)
+    layout = init_parallel(start.model_config, job.parallel.tensor_parallel, 1, seed=job.recipe.seed,
+                           timeout_s=job.parallel.collective_timeout)
     return start, layout

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 import os
 import socket
 from dataclasses import dataclass, field
@@ -189,6 +190,9 @@ def init_parallel(
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=tensor_parallel,
         pipeline_model_parallel_size=pipeline_parallel,
+        # megatron gives its TP/PP/DP groups 30 minutes whatever the world group has: a rank that
+        # lost its peer would wait that long in the gradient all-reduce.
+        distributed_timeout_minutes=max(1, math.ceil(timeout_s / 60)),
     )
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()

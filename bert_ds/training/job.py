@@ -32,7 +32,8 @@ from bert_ds.training.loop.trainer import EXIT_CODE_FOR_SIGNAL, Trainer
 
 def setup_parallel(run: RunConfig, model_config):
     """The process layout for `model_config` (the plan's, or plan/resolve.py run_model_config's)."""
-    return init_parallel(model_config, run.parallel.tensor_parallel, run.parallel.pipeline_parallel, seed=run.data.seed)
+    return init_parallel(model_config, run.parallel.tensor_parallel, run.parallel.pipeline_parallel, seed=run.data.seed,
+                         timeout_s=run.parallel.collective_timeout)
 
 
 def setup_engine(run: RunConfig, model_config, layout, deepspeed_setup=None):
@@ -58,7 +59,7 @@ def setup_data(run: RunConfig, tokenizer, layout):
     from bert_ds.training.plan.resolve import loader_workers
 
     if run.data.num_workers is None:
-        run = run.with_num_workers(loader_workers(None, "gpu" if is_gpu(layout.device.type) else "cpu", None)[0])
+        run = run.with_num_workers(loader_workers(None, "gpu" if is_gpu(layout.device.type) else "cpu", layout.data_parallel)[0])
     return PretrainingLoader(parse_sources(run.data.sources), tokenizer, run.data_config(), layout.dp_rank, layout.data_parallel,
                              pin_memory=pins_host_memory(layout.device))
 

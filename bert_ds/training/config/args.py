@@ -112,8 +112,9 @@ class DataOptions:
     """How paragraphs are cut into NSP's sentences (data/text/splitters.py)."""
     num_workers: Optional[int] = field(default=None, metadata=option(parse=num_workers))
     """DataLoader worker processes per rank (0: batches are built in the training process), or
-    auto (the default): the checkpoint's count when resuming one (so the data stream continues
-    exactly), else 2 per GPU rank and 0 on CPUs (training/plan/resolve.py, loader_workers)."""
+    auto (the default): when resuming, the count that keeps the checkpoint's data shards (so the
+    data stream continues exactly), else 2 per GPU rank and 0 on CPUs (training/plan/resolve.py,
+    loader_workers)."""
     seed: int = DataConfig.seed
     """Seeds the weights, dropout, file order, pairing, shuffling and masking."""
 

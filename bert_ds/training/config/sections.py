@@ -82,9 +82,16 @@ class ParallelOptions:
     precision: str = field(default="auto", metadata=option(choices=PRECISIONS))
     """auto: bf16 on GPUs and on CPUs with a bf16 matrix instruction (AMX, AVX512-BF16), fp32
     elsewhere; bf16/fp16 are DeepSpeed mixed precision with fp32 master weights (fp16: GPUs only)."""
+    collective_timeout: float = 600.0
+    """Seconds a collective (all-reduce, broadcast, ...) may wait for a peer before the run fails,
+    in every process group: the world's, megatron's TP/PP/DP groups and DeepSpeed's (torch's own
+    defaults are 30 minutes for gloo and 10 for NCCL; megatron's groups get 30)."""
 
     def problems(self) -> list[str]:
-        return at_least(self, 1, "tensor_parallel")
+        problems = at_least(self, 1, "tensor_parallel")
+        if not (math.isfinite(self.collective_timeout) and self.collective_timeout >= 10):
+            problems.append(f"--collective-timeout must be at least 10 seconds, got {self.collective_timeout:g}")
+        return problems
 
     def deepspeed_setup(self, batch, device_type: str, clip_grad: float, pipeline_parallel: int = 1):
         """The DeepSpeed config of these options for one batch plan (training/engine/ds_config.py

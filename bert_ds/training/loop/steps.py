@@ -58,6 +58,10 @@ class StepResult:
         return cls(*values.tolist())
 
 
+def _sum_term(value: torch.Tensor) -> torch.Tensor:
+    return value.detach().to(torch.float64)
+
+
 def _host_array(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()
 
@@ -96,10 +100,11 @@ def plain_step(engine, batches: Iterator[dict], accumulation: int, layout, poiso
             losses.loss = losses.loss * float("nan")
         engine.backward(losses.loss)  # DeepSpeed divides by the accumulation steps
         engine.step()  # applies the update only at the accumulation boundary
-        micro.loss, micro.mlm_loss = losses.loss.detach(), losses.mlm_loss.detach()
-        micro.mlm_accuracy, micro.micro_batches = losses.mlm_accuracy, 1.0
+        # float64 on the device: summed over micro batches and steps exactly as host floats were.
+        micro.loss, micro.mlm_loss = _sum_term(losses.loss), _sum_term(losses.mlm_loss)
+        micro.mlm_accuracy, micro.micro_batches = _sum_term(losses.mlm_accuracy), 1.0
         if losses.nsp_loss is not None:
-            micro.nsp_loss, micro.nsp_accuracy = losses.nsp_loss.detach(), losses.nsp_accuracy
+            micro.nsp_loss, micro.nsp_accuracy = _sum_term(losses.nsp_loss), _sum_term(losses.nsp_accuracy)
             micro.has_nsp = 1.0
         result.add(micro)
     return result

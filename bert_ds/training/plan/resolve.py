@@ -151,8 +151,13 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
         from bert_ds.data.sources import check_sources, parse_sources
 
         check_sources(parse_sources(run.eval.eval_data), run.data.txt_documents)
-    resume_text, start_step, saved_workers = _resume(run)
-    workers, workers_reason = loader_workers(run.data.num_workers, device_type, saved_workers)
+    try:
+        resume_text, start_step, saved_layout = _resume(run)
+    except OSError as error:  # a name the file system refuses (too long, ...), an unreadable folder
+        from bert_ds.checkpoint.zero import CheckpointError
+
+        raise CheckpointError(f"--load/--save {run.checkpoint.load_dir}: {error.strerror or error}.") from None
+    workers, workers_reason = loader_workers(run.data.num_workers, device_type, dp, saved_layout)
     run = run.with_num_workers(workers)
     last_step = min(run.optim.train_steps, run.checkpoint.stop_at_step or run.optim.train_steps)
     run_tokens = max(last_step - start_step, 0) * run.optim.global_batch_size * run.data.seq_length
@@ -204,22 +209,33 @@ def sample_sources(run: RunConfig, tokenizer, include_hub: bool = False) -> list
 GPU_LOADER_WORKERS = 2
 
 
-def loader_workers(requested: Optional[int], device_type: str, saved: Optional[int]) -> tuple[int, str]:
-    """(DataLoader workers per rank, why): --num-workers, or for `auto` (None) the resumed
-    checkpoint's count (a different count re-divides the data stream's shards, data/reshard.py),
-    else GPU_LOADER_WORKERS on GPUs and 0 on CPUs, where a worker takes a core from the model."""
+def loader_workers(requested: Optional[int], device_type: str, data_parallel: int,
+                   saved: Optional[dict] = None) -> tuple[int, str]:
+    """(DataLoader workers per rank, why): --num-workers, or for `auto` (None): resuming a
+    checkpoint (`saved`: its layout record), the count that keeps its data shards (DP x workers,
+    data/loader.py), so that each shard continues where it stopped (the same count on the same DP
+    size; another count, or another number of shards, re-divides them: data/reshard.py); else
+    GPU_LOADER_WORKERS on GPUs and 0 on CPUs, where a worker takes a core from the model."""
     if requested is not None:
         return requested, "--num-workers"
-    if saved is not None:
-        return saved, "auto: the checkpoint's count, so its data stream continues exactly"
+    default = GPU_LOADER_WORKERS if device_type == "gpu" else 0
+    if saved and saved.get("num_workers") is not None and saved.get("data_parallel"):
+        saved_workers, saved_dp = saved["num_workers"], saved["data_parallel"]
+        if saved_dp == data_parallel:
+            return saved_workers, "auto: the checkpoint's count, so its data stream continues exactly"
+        shards = saved_dp * max(saved_workers, 1)
+        if shards % data_parallel == 0:
+            per_rank = shards // data_parallel
+            return (per_rank if per_rank > 1 else min(default, 1),
+                    f"auto: the checkpoint's {shards} data shards over {data_parallel} ranks, each continuing where it stopped")
     if device_type == "gpu":
-        return GPU_LOADER_WORKERS, "auto on GPUs: batches are built beside the training process"
-    return 0, "auto on CPUs: a worker process would take a core from the model"
+        return default, "auto on GPUs: batches are built beside the training process"
+    return default, "auto on CPUs: a worker process would take a core from the model"
 
 
-def _resume(run: RunConfig) -> tuple[str, int, Optional[int]]:
-    """Where the run continues (a description and the step) and the loader workers its checkpoint
-    was written with (None: no ZeRO checkpoint), refusing a premature phase switch."""
+def _resume(run: RunConfig) -> tuple[str, int, Optional[dict]]:
+    """Where the run continues (a description and the step) and the layout its checkpoint was
+    written with (None: no ZeRO checkpoint), refusing a premature phase switch."""
     from bert_ds.checkpoint import zero as checkpoints
     from bert_ds.checkpoint.portable import is_portable
 
@@ -241,8 +257,7 @@ def _resume(run: RunConfig) -> tuple[str, int, Optional[int]]:
     _check_phase(run, load_dir, marker)
     saved_seq = (marker.get("run") or {}).get("seq_length")
     switch = f", sequence length {saved_seq} -> {run.data.seq_length}" if saved_seq and saved_seq != run.data.seq_length else ""
-    saved_workers = (marker.get("layout") or {}).get("num_workers")
-    return f"{Path(load_dir) / tag} (step {marker['step']:,}{switch})", int(marker["step"]), saved_workers
+    return f"{Path(load_dir) / tag} (step {marker['step']:,}{switch})", int(marker["step"]), marker.get("layout")
 
 
 def _check_phase(run: RunConfig, load_dir: str, marker: Optional[dict]) -> None:
