@@ -121,6 +121,19 @@ def run_entrypoint(script: str, args: list[str], nproc: int = 1, cache_dir: str 
     import sys
 
     script = os.path.join(REPO, script)
+    for attempt in range(3):
+        result = _run_once(script, args, nproc, cache_dir, timeout, threads)
+        # free_port() can lose its port to another test process before torchrun binds it; the
+        # rendezvous then fails before any rank starts, so the job is simply run again.
+        if nproc == 1 or result.returncode == 0 or "EADDRINUSE" not in result.stderr:
+            break
+    return result
+
+
+def _run_once(script: str, args: list[str], nproc: int, cache_dir, timeout: int, threads):
+    import subprocess
+    import sys
+
     if nproc == 1:
         command = [sys.executable, script, *args]
     else:
