@@ -129,8 +129,11 @@ fi
 # timed step with --cpu, so that every command is exercised the way the lent GPU will run it.
 if ((gpu)); then
     preset=base throughput_preset=large precision=bf16 steps=(--steps 5 --warmup 3 --repeats 3)
+    throughput_precision=bf16
 else
     preset=tiny throughput_preset=tiny precision=auto steps=(--steps 1 --warmup 1 --repeats 1)
+    # The throughput benchmark takes a precision by name: the one `auto` picks on this CPU.
+    throughput_precision="$("$python" -c 'from bert_ds.runtime.precision import choose_precision; print(choose_precision("auto", "cpu").name)')"
 fi
 
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/bert_ds_gpu_check.XXXXXX")"
@@ -185,8 +188,6 @@ part glue glue.txt glue
 for seq in 128 512; do
     if [[ "$seq" == 128 ]]; then batch=64; else batch=16; fi
     ((gpu)) || batch=2
-    throughput_precision="$precision"
-    [[ "$precision" == auto ]] && throughput_precision="$("$python" -c 'from bert_ds.runtime.precision import choose_precision; print(choose_precision("auto", "cpu").name)')"
     part "large_$seq" "large_${seq}.txt" timeout -k 10 "$limit" "$python" benchmarks/train_throughput.py \
         --presets "$throughput_preset" --seq-length "$seq" --batch "$batch" --precisions "$throughput_precision" "${steps[@]}" \
         --json "$out/large_${seq}.json"

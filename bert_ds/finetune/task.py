@@ -160,7 +160,7 @@ def _setup(job):
     from bert_ds.finetune.starting_point import resolve
     from bert_ds.runtime.distributed import init_parallel, join_process_group
 
-    join_process_group()
+    join_process_group(job.parallel.collective_timeout)
     start = resolve(job, dist.get_rank())
     job.validate(dist.get_world_size(), start.model_config)  # the dry run's rules: no grid setting fails late
     layout = init_parallel(start.model_config, job.parallel.tensor_parallel, 1, seed=job.recipe.seed,

@@ -117,11 +117,8 @@ def run_entrypoint(script: str, args: list[str], nproc: int = 1, cache_dir: str 
     """`python SCRIPT ARGS` (nproc=1) or `torchrun --nproc_per_node N SCRIPT ARGS`, SCRIPT relative
     to the repository: a real job in fresh processes (`threads` per process: default 2 for one
     process, 1 for each of several)."""
-    import subprocess
-    import sys
-
     script = os.path.join(REPO, script)
-    for attempt in range(3):
+    for _ in range(3):
         result = _run_once(script, args, nproc, cache_dir, timeout, threads)
         # free_port() can lose its port to another test process before torchrun binds it; the
         # rendezvous then fails before any rank starts, so the job is simply run again.

@@ -70,8 +70,8 @@ class Lamb(torch.optim.Optimizer):
 
 
 def fused_lamb_class():
-    """DeepSpeed's FusedLamb, whose CUDA kernel is compiled at first use: a ConfigError that says
-    what to do when it cannot be (no nvcc on the node, a toolkit that does not match torch's CUDA)."""
+    """DeepSpeed's FusedLamb class (importing it builds nothing; its CUDA kernel is compiled when
+    an instance is made: build_fused_lamb)."""
     from deepspeed.ops.lamb import FusedLamb
 
     return FusedLamb
