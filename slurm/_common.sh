@@ -51,3 +51,47 @@ rendezvous() {
   MASTER_PORT="${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 40000))}"
   export MASTER_ADDR MASTER_PORT
 }
+
+# requeue_after_hang OUTPUT_DIR: when a rank's watchdog ended this run (exit 98; its report
+# OUTPUT_DIR/hang/rank-R.txt carries the line "job $SLURM_JOB_ID run $SLURM_RESTART_COUNT"),
+# print each report's one-line cause and requeue the job, which resumes from the latest complete
+# checkpoint; at most HANG_REQUEUES times (default 3), so that a hang that comes back every time
+# (a data file that never reads) ends the job instead of looping. srun's own status is not
+# enough: when one rank exits 98 it kills the others, whose signals then set the status.
+hang_reports() {
+  grep -lx "job $SLURM_JOB_ID run ${SLURM_RESTART_COUNT:-0}" "$1"/hang/rank-*.txt 2>/dev/null || true
+}
+
+# wait_for_srun PID OUTPUT_DIR: srun's exit status. Once a rank has reported a hang, srun gets
+# HANG_GRACE seconds (30) to end, then this returns 98 without it: after a network partition
+# srun may never hear that the tasks on the far side ended, and would hold the job forever.
+wait_for_srun() {
+  local since=""
+  while kill -0 "$1" 2>/dev/null; do
+    if [ -z "$since" ] && [ -n "$(hang_reports "$2")" ]; then since=$SECONDS; fi
+    if [ -n "$since" ] && [ $((SECONDS - since)) -ge "${HANG_GRACE:-30}" ]; then
+      echo "bert_ds: srun did not end ${HANG_GRACE:-30} s after a rank reported a hang; going on without it"
+      return 98
+    fi
+    sleep 2
+  done
+  wait "$1"
+}
+
+requeue_after_hang() {
+  local reports report
+  reports=$(hang_reports "$1")
+  if [ -z "$reports" ]; then
+    return 0
+  fi
+  for report in $reports; do
+    echo "bert_ds: $(basename "$report"): $(head -n 1 "$report")"
+  done
+  if [ "${SLURM_RESTART_COUNT:-0}" -ge "${HANG_REQUEUES:-3}" ]; then
+    echo "error: the job hung again after ${SLURM_RESTART_COUNT:-0} requeue(s) (HANG_REQUEUES=${HANG_REQUEUES:-3}); not requeueing: read the stacks in $1/hang/" >&2
+    return 0
+  fi
+  echo "bert_ds: a rank's watchdog ended the run; requeueing job $SLURM_JOB_ID (restart $((${SLURM_RESTART_COUNT:-0} + 1)) of at most ${HANG_REQUEUES:-3}) to resume from the latest complete checkpoint"
+  scontrol requeue "$SLURM_JOB_ID"
+  exit 0
+}

@@ -28,6 +28,10 @@
 #   KEEP_BEST=1    keep the best evaluated checkpoint apart from KEEP_LAST (OUTPUT_DIR/best.json)
 #   TOKENIZER      default: bert-base-uncased (built in; Google's vocabulary); --lowercase as extra argument
 #   OUTPUT_DIR     checkpoints, metrics.jsonl, tensorboard/, logs/ (default $REPO/runs/bert-large)
+#   STEP_TIMEOUT   seconds a rank may make no progress before its watchdog writes its stacks to
+#                  OUTPUT_DIR/hang/ and ends the run (auto: 10x the median step, at least 300 s; 0 off);
+#                  the job is then requeued, at most HANG_REQUEUES times (3), and resumes
+#   COLLECTIVE_TIMEOUT  seconds a collective waits for a peer (600)
 #   NUM_WORKERS    data-loader processes per GPU (auto: 2, or when resuming the count that keeps the
 #                  checkpoint's data shards, so the stream continues exactly; each takes a core)
 #   SAVE_INTERVAL KEEP_LAST LOG_INTERVAL TRAIN_STEPS STOP_AT_STEP SEQ_LENGTH PYTHON
@@ -66,6 +70,8 @@ TRAIN_STEPS="${TRAIN_STEPS:-1000000}"
 GLOBAL_BATCH="${GLOBAL_BATCH:-256}"
 MICRO_BATCH="${MICRO_BATCH:-auto}"
 NUM_WORKERS="${NUM_WORKERS:-auto}"
+STEP_TIMEOUT="${STEP_TIMEOUT:-auto}"
+COLLECTIVE_TIMEOUT="${COLLECTIVE_TIMEOUT:-600}"
 SAVE_INTERVAL="${SAVE_INTERVAL:-2000}"
 KEEP_LAST="${KEEP_LAST:-3}"
 LOG_INTERVAL="${LOG_INTERVAL:-100}"
@@ -88,6 +94,7 @@ options=(
   --preset "$PRESET" --tensor-parallel "$TP" --pipeline-parallel "$PP" --precision "$PRECISION"
   --seq-length "$SEQ_LENGTH" --train-steps "$TRAIN_STEPS" --global-batch-size "$GLOBAL_BATCH"
   --micro-batch-size "$MICRO_BATCH" --num-workers "$NUM_WORKERS" --data "${data_sources[@]}"
+  --step-timeout "$STEP_TIMEOUT" --collective-timeout "$COLLECTIVE_TIMEOUT"
   --save "$OUTPUT_DIR" --save-interval "$SAVE_INTERVAL" --keep-last "$KEEP_LAST"
   --log-interval "$LOG_INTERVAL" --metrics-file "$OUTPUT_DIR/metrics.jsonl" --tensorboard-dir "$OUTPUT_DIR/tensorboard"
 )
@@ -116,15 +123,17 @@ mkdir -p "$OUTPUT_DIR/logs"
 echo "bert_ds: $SLURM_JOB_NUM_NODES node(s), $SLURM_NTASKS tasks, master $MASTER_ADDR:$MASTER_PORT"
 # One process per GPU; srun starts them on every node (no ssh/pdsh), bert_ds reads SLURM_PROCID etc.
 # Each task's output goes to OUTPUT_DIR/logs/<job>-<task>.log.
-set +e
 srun --kill-on-bad-exit=1 --output "$OUTPUT_DIR/logs/%j-%t.log" \
-  "$PYTHON" "$REPO/bert_ds/pretrain.py" "${options[@]}" "${resume[@]}" "$@"
-status=$?
-set -e
+  "$PYTHON" "$REPO/bert_ds/pretrain.py" "${options[@]}" "${resume[@]}" "$@" &
+status=0
+wait_for_srun "$!" "$OUTPUT_DIR" || status=$?
 if [ "$status" -eq 99 ]; then
   # SIGUSR1 before the time limit: the run saved a checkpoint; come back and resume from it.
   echo "bert_ds: checkpoint saved before the time limit; requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID"
   exit 0
+fi
+if [ "$status" -ne 0 ]; then
+  requeue_after_hang "$OUTPUT_DIR"
 fi
 exit "$status"

@@ -4,6 +4,7 @@ node's tasks killed mid-run: the job ends at once, `latest` names a complete che
 resubmitted job resumes from it with every step logged exactly once."""
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -97,3 +98,48 @@ def _is_rank(pid: int) -> bool:
     except OSError:
         return False
     return b"python" in os.path.basename(argv[0]) and any(arg.endswith(b"pretrain.py") for arg in argv[1:2])
+
+
+def _partition(cluster, action: str) -> None:
+    """Drop (action -A) or restore (-D) every packet between node1 and node2, in node2's firewall:
+    no socket is closed, nothing answers; both still reach the controller."""
+    node1 = TwoNodeCluster.HOSTS["node1"]
+    for rule in (["INPUT", "-s", node1], ["OUTPUT", "-d", node1]):
+        done = cluster.on("node2", ["iptables", action, *rule, "-j", "DROP"])
+        assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(shutil.which("iptables") is None, reason="needs iptables (apt-get install iptables; .ci/run installs it)")
+def test_a_silent_partition_ends_the_job_by_the_watchdog_and_the_requeued_job_resumes(cluster, shared_cache, tmp_path):
+    out, limit = tmp_path / "run", 15
+    job = _submit(cluster, out, shared_cache, STEP_TIMEOUT=str(limit), STOP_AT_STEP="60")
+    wait_for_job(cluster.client, job, lambda: (out / "latest").exists() and (out / "metrics.jsonl").exists() and len(_steps(out)) >= 5)
+    _partition(cluster, "-A")
+    cut_at = time.monotonic()
+    try:
+        # Every rank's watchdog fires; the batch script finds their reports and requeues the job.
+        wait_for_job(cluster.client, job, lambda: "requeueing job" in (tmp_path / f"run-{job}.out").read_text(),
+                     timeout=limit + 120)
+        ended_after = time.monotonic() - cut_at
+    finally:
+        _partition(cluster, "-D")
+    assert ended_after < limit + 60, ended_after
+    batch_log = (tmp_path / f"run-{job}.out").read_text()
+    causes = {rank: (out / "hang" / f"rank-{rank}.txt").read_text().splitlines() for rank in range(4)}
+    for rank, report in causes.items():
+        assert report[1] == f"job {job} run 0" and "Python stacks of every thread" in "\n".join(report), report[:3]
+        assert f"rank-{rank}.txt: {report[0]}" in batch_log
+    # node1's ranks name the silent peers on node2; node2's cannot reach the store on node1.
+    for rank in (0, 1):
+        assert "error: hang:" in causes[rank][0] and "from rank 2 on node2" in causes[rank][0], causes[rank][0]
+    for rank in (2, 3):
+        assert "the job's store at node1:" in causes[rank][0], causes[rank][0]
+    saved = (out / "latest").read_text()
+
+    # The requeued job (same id, restart 1) resumes from the latest complete checkpoint.
+    cluster.client(["scontrol", "update", f"JobId={job}", "StartTime=now"])  # requeued jobs wait ~2 min otherwise
+    assert wait_until_ended(cluster.client, job, timeout=300) == "COMPLETED", (tmp_path / f"run-{job}.out").read_text()[-3000:]
+    assert f"resumed from {out / saved}" in (out / "logs" / f"{job}-0.log").read_text()
+    assert "Restarts=1" in cluster.client(["scontrol", "show", "job", job]).stdout
+    assert _steps(out) == list(range(1, 61))  # each step logged once
+    assert (out / "latest").read_text() == "step00000060" and (out / "step00000060" / "complete.json").is_file()

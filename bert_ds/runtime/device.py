@@ -80,6 +80,14 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
+def timing_event(target: torch.device):
+    """A device event that can time queued work (record() ... elapsed_time()), or None on CPUs,
+    where work runs as the host calls it and the host's clock times it."""
+    if target.type == "cpu":
+        return None
+    return torch.cuda.Event(enable_timing=True)
+
+
 def autocast(precision: str):
     """A context running a plain torch model in `precision` (fp32/bf16/fp16) on this device."""
     if precision == "fp32":

@@ -192,8 +192,9 @@ def _plain_sums(engine, eval_set: EvalSet, layout):
 
     from bert_ds.model.loss import evaluation_sums
     from bert_ds.runtime.device import to_device
+    from bert_ds.training.loop.watchdog import watching
 
-    total = None
+    total, watchdog = None, watching()
     engine.eval()
     try:
         with torch.no_grad():
@@ -204,6 +205,7 @@ def _plain_sums(engine, eval_set: EvalSet, layout):
                 sums = evaluation_sums(out.mlm_logits, batch["labels"][loss_mask], out.nsp_logits,
                                        batch.get("next_sentence_label"), tp_group=layout.tp_group)
                 total = sums if total is None else total + sums
+                watchdog.beat()  # a long evaluation progresses batch by batch
     finally:
         engine.train()
     return total
@@ -212,10 +214,17 @@ def _plain_sums(engine, eval_set: EvalSet, layout):
 def _pipeline_sums(engine, model, eval_set: EvalSet, layout):
     from bert_ds.training.engine.pipeline_loss import pipeline_batch
     from bert_ds.runtime.device import to_device
+    from bert_ds.training.loop.watchdog import watching
 
-    feed = (pipeline_batch(to_device(batch, layout.device)) for batch in eval_set.batches)
+    watchdog = watching()
+
+    def feed():
+        for batch in eval_set.batches:
+            watchdog.beat()
+            yield pipeline_batch(to_device(batch, layout.device))
+
     needs_data = engine.is_first_stage() or engine.is_last_stage()
     # eval_batch switches the module to eval mode (dropout off; the loss records sums) and the
     # next train_batch back to training.
-    engine.eval_batch(data_iter=feed if needs_data else None, num_micro_batches=len(eval_set.batches))
+    engine.eval_batch(data_iter=feed() if needs_data else None, num_micro_batches=len(eval_set.batches))
     return model.loss_fn.metrics.eval_sums if model.last_stage else None

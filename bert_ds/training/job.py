@@ -28,6 +28,7 @@ from bert_ds.training.engine.pipeline_loss import PretrainingLossFn
 from bert_ds.training.plan.resolve import pretraining_batch_plan
 from bert_ds.training.plan.prepare import Prepared, prepare
 from bert_ds.training.loop.trainer import EXIT_CODE_FOR_SIGNAL, Trainer
+from bert_ds.training.loop.watchdog import Watchdog, watch
 
 
 def setup_parallel(run: RunConfig, model_config):
@@ -104,16 +105,27 @@ def run_pretraining(run: RunConfig, prepared: Optional[Prepared] = None) -> Pret
     eval_examples = read_evaluation_data(run, tokenizer)
     model_config = plan.model_config
     layout = setup_parallel(run, model_config)
-    engine, model, _ = setup_engine(run, model_config, layout, plan.deepspeed)
-    loader = setup_data(run, tokenizer, layout)
-    eval_set = setup_evaluation(run, tokenizer, layout, eval_examples)
-    if run.checkpoint.save and not run.eval.eval_only:
-        zero.prepare_save_dir(run.checkpoint.save, tokenizer)  # an unwritable --save fails here, not hours later
-    trainer = Trainer(run, engine, model, loader, layout, model_config, plan.deepspeed.precision)
-    trainer.resume()
-    with trainer.logging():
-        if run.eval.eval_only:
-            trainer.evaluate(eval_set)
-        else:
-            trainer.train(eval_set)
+    with watch(start_watchdog(run, layout)) as watchdog:
+        with watchdog.phase("startup", "start-up: building the model and its DeepSpeed engine"):
+            engine, model, _ = setup_engine(run, model_config, layout, plan.deepspeed)
+        with watchdog.phase("startup", "start-up: opening the training and held-out data"):
+            loader = setup_data(run, tokenizer, layout)
+            eval_set = setup_evaluation(run, tokenizer, layout, eval_examples)
+        if run.checkpoint.save and not run.eval.eval_only:
+            zero.prepare_save_dir(run.checkpoint.save, tokenizer)  # an unwritable --save fails here, not hours later
+        trainer = Trainer(run, engine, model, loader, layout, model_config, plan.deepspeed.precision)
+        with watchdog.phase("startup", "start-up: loading the checkpoint"):
+            trainer.resume()
+        with trainer.logging():
+            if run.eval.eval_only:
+                trainer.evaluate(eval_set)
+            else:
+                with watchdog.phase("step", "the training loop: logging and bookkeeping between steps"):
+                    trainer.train(eval_set)
     return PretrainingRun(trainer, tokenizer)
+
+
+def start_watchdog(run: RunConfig, layout) -> Watchdog:
+    """This rank's watchdog (training/loop/watchdog.py); its hang reports go to SAVE/hang/."""
+    hang_dir = os.path.join(run.checkpoint.save, "hang") if run.checkpoint.save else None
+    return Watchdog(run.parallel.watchdog_limits(), layout.rank, layout.world_size, hang_dir)

@@ -117,7 +117,6 @@ def run_entrypoint(script: str, args: list[str], nproc: int = 1, cache_dir: str 
     """`python SCRIPT ARGS` (nproc=1) or `torchrun --nproc_per_node N SCRIPT ARGS`, SCRIPT relative
     to the repository: a real job in fresh processes (`threads` per process: default 2 for one
     process, 1 for each of several)."""
-    script = os.path.join(REPO, script)
     for _ in range(3):
         result = _run_once(script, args, nproc, cache_dir, timeout, threads)
         # free_port() can lose its port to another test process before torchrun binds it; the
@@ -127,10 +126,11 @@ def run_entrypoint(script: str, args: list[str], nproc: int = 1, cache_dir: str 
     return result
 
 
-def _run_once(script: str, args: list[str], nproc: int, cache_dir, timeout: int, threads):
-    import subprocess
+def entrypoint_command(script: str, args: list[str], nproc: int, cache_dir, threads, extra_env=None):
+    """(command, environment) of `run_entrypoint`'s job: `python SCRIPT` or torchrun."""
     import sys
 
+    script = os.path.join(REPO, script)
     if nproc == 1:
         command = [sys.executable, script, *args]
     else:
@@ -142,6 +142,13 @@ def _run_once(script: str, args: list[str], nproc: int, cache_dir, timeout: int,
     env["OMP_NUM_THREADS"] = str(threads or (1 if nproc > 1 else 2))
     if cache_dir:
         env["BERT_DS_CACHE"] = cache_dir
+    return command, {**env, **(extra_env or {})}
+
+
+def _run_once(script: str, args: list[str], nproc: int, cache_dir, timeout: int, threads):
+    import subprocess
+
+    command, env = entrypoint_command(script, args, nproc, cache_dir, threads)
     # A session of its own: on a timeout the whole job (launcher and every rank) is killed, so a
     # hung test leaves no training processes behind to slow down the next ones.
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,

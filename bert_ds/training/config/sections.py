@@ -42,6 +42,19 @@ num_workers = auto_or_at_least(0, "a number of worker processes")
 """--num-workers: `auto` (None) or 0 or more."""
 
 
+def step_timeout(text: str) -> Optional[float]:
+    """--step-timeout: `auto` (None), 0 (off) or seconds (at least 1)."""
+    if text == "auto":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, 0 (off) or auto, got {text!r}") from None
+    if not (math.isfinite(value) and (value == 0 or value >= 1)):
+        raise argparse.ArgumentTypeError(f"must be 0 (off), auto or at least 1 second, got {text}")
+    return value
+
+
 def flag(name: str) -> str:
     """The option of a field: lr -> --lr, clip_grad -> --clip-grad."""
     return "--" + name.replace("_", "-")

@@ -7,6 +7,9 @@ BERT_DS_FAULTS holds comma-separated faults `KIND:POINT:STEP[:RANK]` (RANK: ever
     nan:step:5             step 5's loss (hence its gradients) becomes NaN
     enospc:save:6:1        saving step 6 fails on rank 1 with "No space left on device", raised by
                            DeepSpeed's own file writes (see `failing_writes`)
+    slow=2.5:micro-batch:4 every micro batch of step 4 takes 2.5 s longer: a slow step that keeps
+                           progressing (the watchdog must not end it)
+    slow=6:save:6          writing step 6's checkpoint takes 6 s longer
 Real failures (a killed node, a full disk, a diverging loss) reach the same code paths; injecting
 them lets a test put them at exact, repeatable moments.
 """
@@ -17,6 +20,7 @@ import contextlib
 import errno
 import os
 import signal
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -29,6 +33,8 @@ class Fault:
     point: str
     step: int
     rank: Optional[int]
+    seconds: float = 0.0
+    """How long a `slow=SECONDS` fault sleeps."""
 
 
 def _parse(text: str) -> list[Fault]:
@@ -37,15 +43,21 @@ def _parse(text: str) -> list[Fault]:
         fields = item.split(":")
         if len(fields) not in (3, 4):
             raise ValueError(f"{VARIABLE}: {item!r} is not KIND:POINT:STEP[:RANK]")
-        faults.append(Fault(fields[0], fields[1], int(fields[2]), int(fields[3]) if len(fields) == 4 else None))
+        kind, _, seconds = fields[0].partition("=")
+        faults.append(Fault(kind, fields[1], int(fields[2]), int(fields[3]) if len(fields) == 4 else None,
+                            float(seconds or 0)))
     return faults
 
 
 _FAULTS = _parse(os.environ.get(VARIABLE, ""))
 
 
+def _matching(kind: str, point: str, step: int, rank: int) -> list[Fault]:
+    return [f for f in _FAULTS if f.kind == kind and f.point == point and f.step == step and f.rank in (None, rank)]
+
+
 def _due(kind: str, point: str, step: int, rank: int) -> bool:
-    return any(f.kind == kind and f.point == point and f.step == step and f.rank in (None, rank) for f in _FAULTS)
+    return bool(_matching(kind, point, step, rank))
 
 
 def at(point: str, step: int, rank: int) -> None:
@@ -71,6 +83,12 @@ def failing_writes(engine, step: int, rank: int):
         yield
     finally:
         writer.save = original
+
+
+def delay(point: str, step: int, rank: int) -> None:
+    """Sleep as long as a `slow=SECONDS` fault due here says."""
+    for fault in _matching("slow", point, step, rank):
+        time.sleep(fault.seconds)
 
 
 def poisoned(step: int, rank: int) -> bool:

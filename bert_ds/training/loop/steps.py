@@ -22,6 +22,9 @@ import torch.distributed as dist
 from bert_ds.model.loss import pretraining_loss
 from bert_ds.model.selection import selected_rows
 from bert_ds.runtime.device import to_device
+from bert_ds.training.loop import faults
+from bert_ds.training.loop.rank_times import RankTimes
+from bert_ds.training.loop.watchdog import watching
 
 Number = Union[float, torch.Tensor]
 
@@ -80,26 +83,35 @@ def read_on_host(batch: dict) -> tuple[dict, StepResult, bool]:
     return dict(batch, predicted_positions=torch.from_numpy(positions)), counts, bool(attention.all())
 
 
-def plain_step(engine, batches: Iterator[dict], accumulation: int, layout, poison: bool = False) -> StepResult:
+def plain_step(engine, batches: Iterator[dict], accumulation: int, layout, poison: bool = False, step: int = 0,
+               times=None) -> StepResult:
     """`accumulation` micro-batches of forward/backward, then one optimizer step on this rank of
     `layout`. `poison` makes the loss NaN (training/loop/faults.py: the injected-divergence test).
 
     A batch without padding goes in without an attention mask, which lets a GPU's SDPA pick
-    FlashAttention (a mask rules it out)."""
-    result = StepResult()
+    FlashAttention (a mask rules it out). `times` (training/loop/rank_times.py RankTimes) sums
+    this rank's data wait and forward time for the straggler report."""
+    result, watchdog = StepResult(), watching()
+    times = times or RankTimes(layout.device)
     for _ in range(accumulation):
-        host, micro, unpadded = read_on_host(next(batches))
+        with watchdog.phase("data", "reading the next batch from the data loader"), times.data_wait():
+            host, micro, unpadded = read_on_host(next(batches))
         batch = to_device(host, layout.device)
         positions = batch["predicted_positions"]
-        out = engine(batch["input_ids"], batch["token_type_ids"], None if unpadded else batch["attention_mask"], positions)
-        losses = pretraining_loss(
-            out.mlm_logits, selected_rows(batch["labels"], positions), out.nsp_logits, batch.get("next_sentence_label"),
-            tp_group=layout.tp_group,
-        )
+        with times.forward():
+            faults.delay("forward", step, layout.rank)
+            out = engine(batch["input_ids"], batch["token_type_ids"], None if unpadded else batch["attention_mask"], positions)
+            losses = pretraining_loss(
+                out.mlm_logits, selected_rows(batch["labels"], positions), out.nsp_logits, batch.get("next_sentence_label"),
+                tp_group=layout.tp_group,
+            )
         if poison:
             losses.loss = losses.loss * float("nan")
-        engine.backward(losses.loss)  # DeepSpeed divides by the accumulation steps
-        engine.step()  # applies the update only at the accumulation boundary
+        with watchdog.phase("step", "backward and the optimizer step (the gradient all-reduce)"):
+            engine.backward(losses.loss)  # DeepSpeed divides by the accumulation steps
+            engine.step()  # applies the update only at the accumulation boundary
+        faults.delay("micro-batch", step, layout.rank)
+        watchdog.beat()
         # float64 on the device: summed over micro batches and steps exactly as host floats were.
         micro.loss, micro.mlm_loss = _sum_term(losses.loss), _sum_term(losses.mlm_loss)
         micro.mlm_accuracy, micro.micro_batches = _sum_term(losses.mlm_accuracy), 1.0
@@ -110,21 +122,25 @@ def plain_step(engine, batches: Iterator[dict], accumulation: int, layout, poiso
     return result
 
 
-def pipeline_step(engine, batches: Iterator[dict], accumulation: int, device: torch.device, pipe_model) -> StepResult:
-    """One DeepSpeed pipeline `train_batch` over `accumulation` micro-batches."""
+def pipeline_step(engine, batches: Iterator[dict], accumulation: int, device: torch.device, pipe_model, times=None) -> StepResult:
+    """One DeepSpeed pipeline `train_batch` over `accumulation` micro-batches (`times`: the data
+    wait only; a stage's forward passes are interleaved with its sends and receives)."""
     from bert_ds.training.engine.pipeline_loss import last_stage_metrics, pipeline_batch
 
-    counted = StepResult()
+    counted, watchdog = StepResult(), watching()
+    times = times or RankTimes(device)
 
     def feed():
         for _ in range(accumulation):
-            batch = next(batches)
+            with watchdog.phase("data", "reading the next batch from the data loader"), times.data_wait():
+                batch = next(batches)
             _, counts, _ = read_on_host(batch)
             counted.add(counts)
             yield pipeline_batch(to_device(batch, device))
 
     needs_data = engine.is_first_stage() or engine.is_last_stage()
-    engine.train_batch(data_iter=feed() if needs_data else None)
+    with watchdog.phase("step", "the pipeline schedule (sends, receives, the gradient all-reduce)"):
+        engine.train_batch(data_iter=feed() if needs_data else None)
     metrics = last_stage_metrics(pipe_model)
     if metrics is None:
         return counted
@@ -145,7 +161,8 @@ def reduce_step_results(result: StepResult, layout, pipeline: bool) -> StepResul
     With pipelines only the last stage holds them: it broadcasts the DP sums over its pipeline group.
     """
     values = result.as_tensor(layout.device)
-    dist.all_reduce(values, group=layout.dp_group)
+    with watching().phase("collective", "the all-reduce of the log window's metrics"):
+        dist.all_reduce(values, group=layout.dp_group)
     if pipeline and layout.pipeline_parallel > 1:
         last_stage = dist.get_global_rank(layout.pp_group, layout.pipeline_parallel - 1)
         dist.broadcast(values, src=last_stage, group=layout.pp_group)

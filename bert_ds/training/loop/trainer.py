@@ -18,6 +18,7 @@ from typing import Optional
 from bert_ds.checkpoint import pretraining as checkpoint
 from bert_ds.checkpoint.zero import CheckpointError
 from bert_ds.training.loop import faults
+from bert_ds.training.loop.watchdog import watching
 
 
 @dataclasses.dataclass
@@ -116,7 +117,9 @@ class Trainer:
 
     def save(self, best: Optional[dict] = None) -> None:
         """Collective: a complete checkpoint of the current step (`best`: see checkpoint.pretraining.save)."""
-        tag_dir = checkpoint.save(self, best, hooks=faults)
+        with watching().phase("checkpoint", f"writing checkpoint step {self.state.step} to {self.run.checkpoint.save}"):
+            faults.delay("save", self.state.step, self.layout.rank)
+            tag_dir = checkpoint.save(self, best, hooks=faults)
         self.logger.message(f"saved checkpoint {tag_dir}" + (" (the best held-out accuracy so far: best.json)" if best else ""))
 
     def _save_or_warn(self, saved_at: int, best: Optional[dict] = None) -> int:
@@ -134,6 +137,7 @@ class Trainer:
         """The loop, from the resumed step; `eval_set`: the held-out micro-batches, if any."""
         from bert_ds.training.loop.eval_schedule import HeldOutEvaluation
         from bert_ds.training.loop.health import ExampleLog, NonFiniteSteps
+        from bert_ds.training.loop.rank_times import RankTimes
         from bert_ds.training.loop.steps import StepResult, pipeline_step, plain_step, reduce_step_results
 
         run, engine, layout, state = self.run, self.engine, self.layout, self.state
@@ -146,19 +150,24 @@ class Trainer:
         window, window_start, saved_at = StepResult(), time.perf_counter(), state.step
         last_step = min(run.optim.train_steps, run.checkpoint.stop_at_step or run.optim.train_steps)
         stop, health = StopRequest(), NonFiniteSteps(run.log.max_skipped_steps)
-        loop_start, wall_before = time.perf_counter(), state.wall_seconds
+        loop_start, wall_before, watchdog = time.perf_counter(), state.wall_seconds, watching()
+        times = RankTimes(layout.device)
         while state.step < last_step:
+            step_start = time.perf_counter()
             lr, skipped_before = engine.get_lr()[0], engine.skipped_steps
-            if pipeline:
-                result = pipeline_step(engine, batches, accumulation, layout.device, self.model)
-            else:
-                poison = faults.poisoned(state.step + 1, layout.rank)
-                result = plain_step(engine, batches, accumulation, layout, poison)
+            with watchdog.phase("step", f"step {state.step + 1}: forward and loss (tensor-parallel all-reduces)"):
+                if pipeline:
+                    result = pipeline_step(engine, batches, accumulation, layout.device, self.model, times)
+                else:
+                    poison = faults.poisoned(state.step + 1, layout.rank)
+                    result = plain_step(engine, batches, accumulation, layout, poison, state.step + 1, times)
             window.add(result)
             state.step += 1
             state.consumed_samples += run.optim.global_batch_size
             faults.at("step", state.step, layout.rank)
-            state.stopped_by, nonfinite, skipped = stop.agreed(layout, result.loss, engine.skipped_steps > skipped_before)
+            with watchdog.phase("collective", "the all-reduce of the step's flags (signals, non-finite loss)"):
+                state.stopped_by, nonfinite, skipped = stop.agreed(layout, result.loss, engine.skipped_steps > skipped_before)
+            watchdog.step_done(state.step, time.perf_counter() - step_start)
             health.record(state.step, nonfinite, skipped, self.logger.message)
             save_due = bool(run.checkpoint.save and run.checkpoint.save_interval and state.step % run.checkpoint.save_interval == 0)
             eval_due = evaluation is not None and evaluation.due(state.step, last_step)
@@ -170,11 +179,16 @@ class Trainer:
                 elapsed = time.perf_counter() - window_start
                 state.consumed_tokens += int(total.tokens)
                 state.wall_seconds = wall_before + time.perf_counter() - loop_start
-                self.logger.log(self._metrics(total, lr, elapsed))
+                with watchdog.phase("collective", "the all-gather of every rank's step times"):
+                    ranks = times.report()
+                self.logger.log({**self._metrics(total, lr, elapsed), **ranks})
+                if ranks["straggler"]:
+                    self.logger.message(f"straggler: {ranks['straggler']}")
                 window, window_start = StepResult(), time.perf_counter()
             state.wall_seconds = wall_before + time.perf_counter() - loop_start
             if eval_due:
-                outcome = evaluation(engine, self.model, layout, state)
+                with watchdog.phase("evaluation", f"the held-out evaluation at step {state.step}"):
+                    outcome = evaluation(engine, self.model, layout, state)
                 if outcome.improved and run.eval.keep_best:
                     best = {"step": state.step, "eval/mlm_accuracy": state.best_eval_mlm_accuracy}
                     saved_at = self._save_or_warn(saved_at, best)

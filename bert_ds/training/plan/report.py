@@ -85,6 +85,7 @@ def format_pretrain_plan(plan) -> str:
         ("layout", f"world {plan.world_size} = TP {run.parallel.tensor_parallel} x PP {run.parallel.pipeline_parallel} "
                    f"x DP {plan.data_parallel} (world from {plan.world_from}); a collective waits at most "
                    f"{run.parallel.collective_timeout:g} s for a peer (--collective-timeout)"),
+        ("watchdog", run.parallel.watchdog_limits().describe()),
         ("batch", f"global {batch.global_batch_size} = micro {batch.micro_batch_size} x DP {batch.data_parallel} "
                   f"x accumulation {batch.accumulation}"),
         ("tokens", f"{batch.global_batch_size} x {run.data.seq_length} = {plan.tokens_per_step:,} per step; this run steps "
@@ -146,7 +147,8 @@ def pretrain_plan_json(plan) -> dict:
         weight_decay=run.optim.weight_decay, warmup_steps=run.optim.warmup_steps, clip_grad=run.optim.clip_grad,
         hidden_dropout=config.hidden_dropout, attention_dropout=config.attention_dropout, objective=run.data.objective,
         deepspeed_config=run.parallel.deepspeed_config, zero_stage=plan.zero_stage, precision=plan.precision, precision_reason=plan.precision_reason,
-        collective_timeout=run.parallel.collective_timeout, loader=plan.loader_text, tokenizer=plan.tokenizer_text, vocab_size=plan.tokenizer.vocab_size if plan.tokenizer else None,
+        collective_timeout=run.parallel.collective_timeout, step_timeout=run.parallel.step_timeout,
+        startup_timeout=run.parallel.startup_timeout, loader=plan.loader_text, tokenizer=plan.tokenizer_text, vocab_size=plan.tokenizer.vocab_size if plan.tokenizer else None,
         padded_vocab_size=config.vocab_size, data=[dataclasses.asdict(s) for s in plan.sources],
         unk_check=[dict(dataclasses.asdict(s), unk_share=s.unk_share) for s in plan.samples],
         resume=plan.resume_text, save=run.checkpoint.save, memory=memory_json(plan.memory), checkpoint_bytes=plan.checkpoint_bytes,

@@ -1,0 +1,161 @@
+"""The step watchdog (training/loop/watchdog.py) on real jobs: a rank stopped with SIGSTOP, a data
+loader worker stopped mid-run, and steps and checkpoint writes that are slow but progressing.
+The two-node partition is in tests/test_slurm_two_nodes.py."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.support.helpers import REPO, entrypoint_command, read_metrics
+
+LIMIT = 6  # --step-timeout of these jobs: tiny steps take a fraction of a second
+TINY = ["--preset", "tiny", "--data", "sample", "--log-interval", "1", "--train-steps", "1000", "--seed", "3"]
+
+
+@pytest.fixture(scope="module")
+def cache(shared_cache):
+    return shared_cache
+
+
+class Job:
+    """A pre-training job in a session of its own, its output in files (a pipe nobody reads
+    would fill and stall the job: a hang of the test's own making)."""
+
+    def __init__(self, tmp_path, args, cache, nproc=1, faults=""):
+        command, env = entrypoint_command("bert_ds/pretrain.py", args, nproc, cache, None,
+                                          {"BERT_DS_FAULTS": faults} if faults else None)
+        self.out, self.err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.process = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=REPO, start_new_session=True)
+
+    def processes(self) -> list[int]:
+        """Every live process the job started (torchrun puts its ranks in sessions of their own)."""
+        parents = {}
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+        found, frontier = [], [self.process.pid]
+        while frontier:
+            children = [pid for pid, parent in parents.items() if parent in frontier]
+            found += children
+            frontier = children
+        return found
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout=timeout)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        for pid in [*self.processes(), self.process.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)  # a stopped process too
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+
+    def log(self) -> str:
+        return self.out.read_text() + self.err.read_text()
+
+
+def _environ(pid: int) -> dict:
+    with open(f"/proc/{pid}/environ", "rb") as file:
+        pairs = (item.split(b"=", 1) for item in file.read().split(b"\0") if b"=" in item)
+        return {key.decode(): value.decode(errors="replace") for key, value in pairs}
+
+
+def _wait_for_step(job: Job, metrics, step: int, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not (metrics.exists() and any(m.get("step", 0) >= step for m in read_metrics(metrics))):
+        assert job.process.poll() is None, f"the job ended first:\n{job.log()[-3000:]}"
+        assert time.monotonic() < deadline, job.log()[-3000:]
+        time.sleep(0.5)
+
+
+def _hang_report(save, rank: int) -> str:
+    report = (save / "hang" / f"rank-{rank}.txt").read_text()
+    assert "Python stacks of every thread" in report and 'File "' in report, report
+    return report
+
+
+def test_a_stopped_rank_ends_the_other_by_its_watchdog_naming_the_silent_peer(tmp_path, cache):
+    save, metrics = tmp_path / "ckpt", tmp_path / "metrics.jsonl"
+    job = Job(tmp_path, TINY + ["--save", str(save), "--save-interval", "3", "--metrics-file", str(metrics),
+                                "--step-timeout", str(LIMIT)], cache, nproc=2)
+    try:
+        _wait_for_step(job, metrics, 4)
+        rank1 = next(pid for pid in job.processes() if _environ(pid).get("RANK") == "1"
+                     and "pretrain.py" in open(f"/proc/{pid}/cmdline").read())
+        os.kill(rank1, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        while "error: hang:" not in job.err.read_text():  # printed once the stacks are written
+            assert time.monotonic() - stopped_at < LIMIT + 60, job.log()[-3000:]
+            time.sleep(0.5)
+    finally:
+        job.kill()  # torchrun would wait for the stopped rank to take its SIGTERM
+    log, report = job.log(), _hang_report(save, 0)
+    cause = next(line for line in log.splitlines() if line.startswith("error: hang:"))
+    assert cause == report.splitlines()[0]
+    assert "on rank 0 (" in cause and "no heartbeat for" in cause and "from rank 1 on " in cause, cause
+    assert f"stacks in {save / 'hang' / 'rank-0.txt'}" in cause and "exiting with code 98" in cause
+    assert "job none run 0" in report  # not a Slurm job: the batch scripts match this line
+    assert not (save / "hang" / "rank-1.txt").exists()  # the stopped rank could write nothing
+
+
+def test_a_stalled_data_loader_worker_is_reported_as_a_data_stall(tmp_path, cache):
+    save, metrics = tmp_path / "ckpt", tmp_path / "metrics.jsonl"
+    job = Job(tmp_path, TINY + ["--save", str(save), "--metrics-file", str(metrics), "--num-workers", "1",
+                                "--step-timeout", str(LIMIT)], cache)
+    workers = []
+    try:
+        _wait_for_step(job, metrics, 3)
+        workers = job.processes()
+        assert workers, "no loader worker process"
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)  # the worker's reads stop, as on a hung file system
+        code = job.wait(timeout=LIMIT + 60)
+    finally:
+        job.kill()
+        for pid in workers:  # orphaned once the job exits, and stopped: it would never notice
+            os.kill(pid, signal.SIGKILL)
+    assert code == 98, job.log()[-3000:]
+    cause = next(line for line in job.log().splitlines() if line.startswith("error: hang:"))
+    assert "data stall on rank 0" in cause and "reading the next batch from the data loader" in cause, cause
+    assert _hang_report(save, 0).splitlines()[0] == cause
+
+
+def test_slow_steps_and_checkpoint_writes_that_progress_never_trip_it(tmp_path, cache):
+    """A 4 s limit; the first step, a step of two 2.5 s micro batches, and a checkpoint write
+    each take longer than that but keep progressing (or have the start-up limit)."""
+    save, metrics = tmp_path / "ckpt", tmp_path / "metrics.jsonl"
+    args = ["--preset", "tiny", "--data", "sample", "--log-interval", "1", "--train-steps", "5", "--global-batch-size", "16",
+            "--micro-batch-size", "8", "--save", str(save), "--save-interval", "4", "--metrics-file", str(metrics),
+            "--step-timeout", "4"]
+    job = Job(tmp_path, args, cache, faults="slow=6:micro-batch:1,slow=2.5:micro-batch:3,slow=6:save:4")
+    code = job.wait(timeout=240)
+    assert code == 0, job.log()[-3000:]
+    assert [m["step"] for m in read_metrics(metrics) if "loss" in m] == [1, 2, 3, 4, 5]
+    assert not (save / "hang").exists()
+
+
+def test_a_slow_rank_is_named_a_straggler_in_the_log_and_the_metrics(tmp_path, cache):
+    """Rank 1's forward passes of steps 4-6 take 0.4 s longer: the log window ending at step 6
+    names it, with its host, as the slowest rank and a straggler."""
+    import socket
+
+    metrics = tmp_path / "metrics.jsonl"
+    args = ["--preset", "tiny", "--data", "sample", "--log-interval", "3", "--train-steps", "6", "--global-batch-size", "16",
+            "--micro-batch-size", "8", "--metrics-file", str(metrics)]
+    job = Job(tmp_path, args, cache, nproc=2, faults=",".join(f"slow=0.4:forward:{step}:1" for step in (4, 5, 6)))
+    assert job.wait(timeout=240) == 0, job.log()[-3000:]
+    last = [m for m in read_metrics(metrics) if "loss" in m][-1]
+    assert last["step"] == 6 and last["slowest_forward_rank"] == 1 and last["forward_ms_slowest"] >= 400, last
+    assert last["slowest_forward_host"] == socket.gethostname() and 0 <= last["data_ms_median"] < 400
+    assert f"straggler: rank 1 on {socket.gethostname()}: forward pass" in job.log()
