@@ -159,3 +159,43 @@ def test_a_slow_rank_is_named_a_straggler_in_the_log_and_the_metrics(tmp_path, c
     assert last["step"] == 6 and last["slowest_forward_rank"] == 1 and last["forward_ms_slowest"] >= 400, last
     assert last["slowest_forward_host"] == socket.gethostname() and 0 <= last["data_ms_median"] < 400
     assert f"straggler: rank 1 on {socket.gethostname()}: forward pass" in job.log()
+
+
+def test_the_launch_plan_shows_the_limits_and_the_slurm_script_passes_them(tmp_path):
+    import json
+
+    env = {**os.environ, "DRY_RUN": "1", "PRESET": "tiny", "DATA": "sample", "NODES": "1", "TASKS_PER_NODE": "1",
+           "PLAN_DEVICE": "cpu", "STEP_TIMEOUT": "45", "COLLECTIVE_TIMEOUT": "120", "OUTPUT_DIR": str(tmp_path / "run")}
+    result = subprocess.run(["bash", "slurm/pretrain_large.sh", "--plan-json", str(tmp_path / "plan.json")],
+                            capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert (plan["step_timeout"], plan["startup_timeout"], plan["collective_timeout"]) == (45, 1800, 120)
+    assert "watchdog   | a rank with no progress ends the run (exit 98" in result.stdout
+    assert "steps 45 s (--step-timeout); start-up, first step and checkpoint writes 1800 s" in result.stdout
+
+
+def test_auto_limits_follow_the_measured_steps_and_long_phases_keep_the_startup_limit():
+    from bert_ds.training.loop.watchdog import Limits, Watchdog
+
+    watchdog = Watchdog(Limits(step=None, startup=1800), rank=0, world_size=1, hang_dir=None)
+    assert watchdog.limit() == 1800  # start-up
+    with watchdog.phase("step", "the training loop"):
+        watchdog.step_done(1, 900.0)  # the first step (kernel builds, connections) is no measure
+        assert watchdog.step_limit() == 1800
+        for step, seconds in enumerate([40.0, 50.0, 60.0], start=2):
+            watchdog.step_done(step, seconds)
+        assert watchdog.limit() == 500  # 10x the median step
+        watchdog.step_done(5, 1.0)
+        watchdog.step_done(6, 1.0)
+        assert watchdog.limit() == 400  # the median of 40, 50, 60, 1, 1 is 40
+        with watchdog.phase("checkpoint", "writing"):
+            assert watchdog.limit() == 1800
+    fast = Watchdog(Limits(step=None), rank=0, world_size=1, hang_dir=None)
+    for step in range(1, 5):
+        fast.step_done(step, 0.2)
+    assert fast.step_limit() == 300  # at least 300 s
+    fixed = Watchdog(Limits(step=7), rank=0, world_size=1, hang_dir=None)
+    fixed.step_done(1, 0.1)
+    with fixed.phase("data", "reading"):
+        assert fixed.limit() == 7 and not Limits(step=0).enabled
