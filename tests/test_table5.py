@@ -31,7 +31,7 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
     record = json.loads((out / "table5.json").read_text())
     assert record["columns"] == ["mrpc", "sst2", "squad"] and record["restarts"] == 2
     assert record["budget"]["pretraining_tokens"] == 20 * 16 * 64
-    assert list(record["cells"]) == ["MLM+NSP", "No NSP", "LTR & No NSP", "+ BiLSTM"]
+    assert list(record["cells"]) == ["MLM+NSP", "No NSP", "LTR & No NSP", "+ BiLSTM", "No pre-training"]
     for row, cells in record["cells"].items():
         for column, cell in cells.items():
             assert len(cell["scores"]) == 2 and cell["best"] == max(cell["scores"]), (row, column)
@@ -42,7 +42,12 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
         assert (out / "pretrain" / objective / "done.json").is_file()
     # Every row learns SST-2's cue: the LTR rows too (a [CLS] pooler under the causal mask would
     # sit at chance; the causal model pools its last real token, the BiLSTM reads every token).
-    assert all(record["cells"][row]["sst2"]["mean"] >= 90 for row in record["cells"]), record["cells"]
+    assert all(record["cells"][row]["sst2"]["mean"] >= 90 for row in record["cells"] if row != "No pre-training"), record["cells"]
+    # The floor: random weights of the pre-trained models' shape and tokenizer.
+    floor = (out / "logs" / "no_pretraining-sst2.log").read_text()
+    assert "random weights (preset tiny, post-LN; no --init)" in floor
+    assert set(record["step_seconds"]) >= {"pretrain-mlm_nsp", "mlm_nsp-squad", "no_pretraining-mrpc"}
+    assert all(seconds > 0 for seconds in record["step_seconds"].values())
     # The scale's --max-train-examples reaches fine-tuning: 200 of the fixture's 240 SST-2 rows.
     assert "--max-train-examples 200: training on the first 200 of 240 features" in (out / "logs" / "ltr-sst2.log").read_text()
     heads = {row: json.loads((out / "finetune" / slug / "sst2" / "results.json").read_text())["head"]
@@ -58,7 +63,7 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
     (out / "finetune" / "no_nsp" / "sst2" / "results.json").unlink()
     second = _experiment(args, shared_cache)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    assert second.stdout.count("done before, skipped") == 3 + 11
+    assert second.stdout.count("done before, skipped") == 3 + 14
     assert "fine-tuning No NSP on sst2 ..." in second.stdout
 
     missing = _experiment(["--output", str(tmp_path / "x"), "--glue-dir", str(tmp_path / "nowhere"), "--squad-dir", str(squad)],
@@ -110,4 +115,56 @@ def test_paper_scale_pretrains_in_the_papers_two_phases(tmp_path):
     experiment.pretrain("mlm")
     assert steps == []
     assert SCALES["paper"].pretraining_tokens == 256 * (900_000 * 128 + 100_000 * 512)
-    assert SCALES["cpu"].pretraining_tokens == 1_200 * 32 * 128  # one phase
+    assert SCALES["smoke"].pretraining_tokens == 20 * 16 * 64  # one phase
+
+
+def test_desk_scale_runs_the_desk_recipe_and_a_random_floor(tmp_path):
+    """The desk scale's commands are the desk recipe (pre-LN, no dropout, beta2 0.98, 7,400 steps at
+    128 tokens then 600 at 256, held-out evaluation), SQuAD's windows fit the trained positions, and
+    the "No pre-training" row fine-tunes random pre-LN weights with the pre-trained models' tokenizer
+    (the smoke test runs that row's options for real)."""
+    from bert_ds.experiments.table5 import SCALES, Experiment, parse_args
+    from bert_ds.training.config.args import parse_args as pretrain_args
+
+    experiment = Experiment(parse_args(["--output", str(tmp_path), "--glue-dir", "g", "--squad-dir", "s",
+                                        "--eval-data", "held=/data/held", "--data", "books=/data/books"]))
+    steps = []
+    experiment._step = lambda what, script, args, log: steps.append((what, script.name, args))
+    experiment.pretrain("ltr")
+    phase1, phase2 = (pretrain_args(args) for _, _, args in steps)
+    assert (phase1.data.seq_length, phase1.checkpoint.stop_at_step, phase2.data.seq_length, phase2.checkpoint.phase_start_step) == (
+        128, 7_400, 256, 7_400)
+    for run in (phase1, phase2):
+        assert (run.model.layer_norm_position, run.model.dropout, run.optim.adam_beta2, run.optim.lr) == ("pre", 0.0, 0.98, 2e-3)
+        assert (run.eval.eval_data, run.eval.eval_interval, run.data.objective) == (["held=/data/held"], 400, "ltr")
+    desk = SCALES["desk"]
+    assert desk.squad_max_seq_length <= desk.phase2_seq_length and desk.max_train_examples is None
+    script, args = experiment._finetune_command("No pre-training", "squad", tmp_path / "cell")
+    assert script.name == "squad.py" and "--init" not in args
+    assert args[args.index("--layer-norm-position") + 1] == "pre" and args[args.index("--dropout") + 1] == "0.1"
+    assert args[args.index("--tokenizer") + 1] == str(tmp_path / "pretrain" / "mlm_nsp" / "ckpt" / "tokenizer")
+
+
+def test_a_finished_pretraining_run_is_adopted_only_when_it_matches_the_scale(tmp_path):
+    import pytest
+
+    from bert_ds.errors import ConfigError
+    from bert_ds.experiments.table5 import SCALES, adopt_pretrained
+
+    run = tmp_path / "desk-run"
+    tag = run / "step00008000"
+    tag.mkdir(parents=True)
+    (run / "latest").write_text("step00008000")
+    (run / "metrics.jsonl").write_text('{"step": 8000, "eval/mlm_accuracy": 0.36, "eval/nsp_accuracy": 0.95}\n')
+    marker = {"step": 8000, "model_config": {"layer_norm_position": "pre"},
+              "run": {"preset": "mini", "train_steps": 8000, "global_batch_size": 128}}
+    (tag / "complete.json").write_text(json.dumps(marker))
+    adopt_pretrained(tmp_path / "t5" / "mlm_nsp", run, "mlm_nsp", SCALES["desk"])
+    assert (tmp_path / "t5" / "mlm_nsp" / "ckpt").resolve() == run.resolve()
+    assert json.loads((tmp_path / "t5" / "mlm_nsp" / "done.json").read_text())["adopted"] == str(run)
+    marker["run"]["global_batch_size"] = 256
+    (tag / "complete.json").write_text(json.dumps(marker))
+    with pytest.raises(ConfigError, match="global_batch_size"):
+        adopt_pretrained(tmp_path / "t6" / "mlm_nsp", run, "mlm_nsp", SCALES["desk"])
+    with pytest.raises(ConfigError, match="no such folder"):
+        adopt_pretrained(tmp_path / "t7", tmp_path / "nowhere", "mlm", SCALES["desk"])

@@ -1,11 +1,12 @@
 """Table 5 of the BERT paper in miniature: the effect of the pre-training tasks.
 
-`python -m bert_ds.experiments.table5 --output DIR --glue-dir D --squad-dir D [--scale smoke|cpu|paper]
-[--restarts N]`. From one initialisation seed, the same pre-training stream and the same token
+`python -m bert_ds.experiments.table5 --output DIR --glue-dir D --squad-dir D [--scale smoke|desk|paper]
+[--restarts N] [--data ...] [--eval-data ...] [--pretrained mlm_nsp=DIR]`. From one initialisation seed, the same pre-training stream and the same token
 budget it pre-trains three models: MLM+NSP, No NSP (`--objective mlm`: the same sentence pairs
 without the NSP loss) and LTR & No NSP (`--objective ltr`); it fine-tunes each on a sentence-pair
 task (MRPC, or `--pair-task`), a single-sentence task (SST-2) and span extraction (SQuAD v1.1),
-and the LTR model once more with a BiLSTM under the head (`--bilstm`, the "+ BiLSTM" row). Every
+and the LTR model once more with a BiLSTM under the head (`--bilstm`, the "+ BiLSTM" row), and
+random weights of the same shape as a floor ("No pre-training", not in the paper). Every
 cell runs `--restarts` seeds with the same hyper-parameters for every objective (the protocol is
 never tuned per objective). Results: table5.json, table5.md (shaped like the paper's table, its
 numbers beside ours) and table5.png (bars with error bars), in --output.
@@ -62,6 +63,16 @@ class Scale:
     """The last N of the pretrain_steps run at phase2_seq_length (the paper: 10% at 512 tokens), as
     a second run resuming the first's checkpoint, as slurm/pretrain_large_all.sh does; 0: one phase."""
     phase2_seq_length: int = 512
+    layer_norm_position: str = "post"
+    """Of every model, the randomly initialised "No pre-training" one included."""
+    pretrain_options: tuple = ()
+    """More pretrain.py options of the recipe (dropout, Adam's beta2, the micro batch...)."""
+    eval_interval: int = 0
+    """Held-out evaluation every N pre-training steps (with --eval-data), so that each model's
+    held-out masked-LM (LTR: next-token) and NSP accuracy are in the table."""
+    finetune_dropout: Optional[float] = None
+    """Fine-tuning dropout for every row (a recipe pre-trained without dropout would otherwise
+    fine-tune without it too, while the random row has the preset's)."""
 
     @property
     def pretraining_tokens(self) -> int:
@@ -72,11 +83,14 @@ class Scale:
 SCALES = {
     # Minutes, on fixtures: the test suite runs it.
     "smoke": Scale("tiny", 20, 16, 64, 1e-3, 2, 10, 4, 16, 2e-3, 48, 64, 32, max_train_examples=200),
-    # About two hours on a 2-core CPU, from throughputs measured on one (docs/finetuning.md, "Reproducing
-    # Table 5"): pre-training mini at ~4,300 tokens/s in fp32 makes each of the three 1,200 x 4,096
-    # tokens ~19 min; fine-tuning 1,000 examples x 2 epochs x 3 restarts per cell at ~100 (SST-2),
-    # ~50 (MRPC) and ~16 (SQuAD windows of 192) examples/s makes the twelve cells ~50 min.
-    "cpu": Scale("mini", 1_200, 32, 128, 5e-4, 100, 400, 2, 32, 1e-4, 128, 192, 64, max_train_examples=1_000),
+    # About 8 hours on a 2-core CPU when MLM+NSP is the desk recipe's run (--pretrained): the desk
+    # recipe of docs/pretraining.md (mini, pre-LN, no dropout, batch 128, peak lr 2e-3, Adam beta2
+    # 0.98; 7,400 steps at 128 tokens, then 600 at 256), so positions up to 256 are trained and
+    # SQuAD's windows fit them; fine-tuning on whole training sets with one setting for every row.
+    "desk": Scale("mini", 8_000, 128, 128, 2e-3, 300, 400, 3, 32, 1e-4, 128, 256, 128, phase2_steps=600,
+                  phase2_seq_length=256, layer_norm_position="pre", eval_interval=400, finetune_dropout=0.1,
+                  pretrain_options=("--dropout", "0", "--adam-beta2", "0.98", "--weight-decay", "0.01",
+                                    "--micro-batch-size", "128", "--eval-samples", "2000")),
     # The paper's budget for BERT-BASE (1M steps of 256 sequences: 90% at 128 tokens, the last 10%
     # at 512), fine-tuned with its grid: for a cluster (--launch, docs/finetuning.md).
     "paper": Scale("base", 1_000_000, 256, 128, 1e-4, 10_000, 10_000, 3, 32, 2e-5, 128, 384, 128, grid=True,
@@ -88,7 +102,9 @@ ROW_RUNS = {  # row -> (the objective of the model it fine-tunes, its folder und
     "No NSP": ("mlm", "no_nsp"),
     "LTR & No NSP": ("ltr", "ltr"),
     "+ BiLSTM": ("ltr", "ltr_bilstm"),  # the LTR model again, a BiLSTM under its heads
+    "No pre-training": (None, "no_pretraining"),  # random weights: the floor every other row must clear
 }
+OBJECTIVES = ("mlm_nsp", "mlm", "ltr")
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -97,12 +113,18 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--output", required=True, help="experiment folder (rerun with the same one to resume)")
     parser.add_argument("--glue-dir", required=True, help="glue_data folder with SST-2 and the pair task's folder")
     parser.add_argument("--squad-dir", required=True, help="folder with train-v1.1.json and dev-v1.1.json")
-    parser.add_argument("--scale", choices=sorted(SCALES), default="cpu", help="smoke (fixtures), cpu or paper")
+    parser.add_argument("--scale", choices=sorted(SCALES), default="desk",
+                        help="smoke (fixtures), desk (2 CPU cores, about 8 hours) or paper (a cluster)")
     parser.add_argument("--restarts", type=int, default=3, help="fine-tuning seeds per cell")
     parser.add_argument("--pair-task", default="mrpc", choices=["mrpc", "rte", "qnli", "mnli"],
                         help="the sentence-pair task (the paper reports MNLI, QNLI and MRPC)")
     parser.add_argument("--data", nargs="+", default=["sample"], help="pre-training sources (pretrain.py's --data)")
+    parser.add_argument("--eval-data", nargs="+", default=None,
+                        help="held-out sources (pretrain.py's --eval-data): each model's held-out accuracy in the table")
     parser.add_argument("--tokenizer", default=None, help="pre-training tokenizer (pretrain.py's --tokenizer)")
+    parser.add_argument("--pretrained", action="append", default=[], metavar="OBJECTIVE=DIR",
+                        help="use a finished pre-training run of this recipe, seed and stream (its --save folder) "
+                             "for OBJECTIVE (mlm_nsp, mlm or ltr) instead of pre-training it again")
     parser.add_argument("--seed", type=int, default=1234, help="the one initialisation and data seed")
     parser.add_argument("--launch", default=None,
                         help="command prefix for every step, e.g. 'torchrun --nproc_per_node 8' (default: this python)")
@@ -113,6 +135,13 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     for name in ("restarts", "jobs"):
         if getattr(args, name) < 1:
             parser.error(f"argument --{name}: must be at least 1, got {getattr(args, name)}")
+    pretrained = {}
+    for item in args.pretrained:
+        objective, _, folder = item.partition("=")
+        if objective not in OBJECTIVES or not folder:
+            parser.error(f"argument --pretrained: expected OBJECTIVE=DIR with OBJECTIVE one of {', '.join(OBJECTIVES)}, got {item!r}")
+        pretrained[objective] = folder
+    args.pretrained = pretrained
     return args
 
 
@@ -126,15 +155,16 @@ class Experiment:
     def run(self) -> dict:
         self.check_data()
         (self.output / "logs").mkdir(parents=True, exist_ok=True)
-        self._each(self.pretrain, list(dict.fromkeys(objective for objective, _ in ROW_RUNS.values())))
+        self._each(self.pretrain, list(OBJECTIVES))
         pairs = [(row, column) for row in ROWS for column in self.columns]
         summaries = dict(zip(pairs, self._each(lambda pair: self.finetune(*pair), pairs)))
         cells = {row: {column: summaries[row, column] for column in self.columns} for row in ROWS}
         record = dict(scale=self.args.scale, settings=asdict(self.scale), restarts=self.args.restarts,
-                      columns=self.columns, seed=self.args.seed, data=self.args.data,
+                      columns=self.columns, seed=self.args.seed, data=self.args.data, eval_data=self.args.eval_data,
                       budget=dict(pretraining_tokens=self.scale.pretraining_tokens, finetuning_runs_per_cell=self.args.restarts
                                   * (18 if self.scale.grid else 1)),
-                      cells=cells)
+                      pretraining={objective: self._pretraining_summary(objective) for objective in OBJECTIVES},
+                      step_seconds=self._times(), cells=cells)
         write_report(self.output, record)
         print(f"[table5] done: {self.output / 'table5.md'}", flush=True)
         return record
@@ -172,14 +202,21 @@ class Experiment:
         if (folder / "done.json").is_file():
             print(f"[table5] pre-training {objective}: done before, skipped", flush=True)
             return
+        if objective in self.args.pretrained:
+            adopt_pretrained(folder, Path(self.args.pretrained[objective]), objective, self.scale)
+            print(f"[table5] pre-training {objective}: the finished run in {self.args.pretrained[objective]}", flush=True)
+            return
         s = self.scale
         args = ["--preset", s.preset, "--objective", objective, "--data", *self.args.data, "--seed", str(self.args.seed),
                 "--train-steps", str(s.pretrain_steps), "--global-batch-size", str(s.global_batch_size),
-                "--lr", str(s.lr), "--warmup-steps", str(s.warmup_steps),
+                "--lr", str(s.lr), "--warmup-steps", str(s.warmup_steps), "--layer-norm-position", s.layer_norm_position,
+                *s.pretrain_options,
                 "--save", str(folder / "ckpt"), "--save-interval", str(s.save_interval), "--keep-last", "2",
                 "--auto-resume", "--metrics-file", str(folder / "metrics.jsonl"), "--log-interval", "50"]
         if self.args.tokenizer:
             args += ["--tokenizer", self.args.tokenizer]
+        if s.eval_interval and self.args.eval_data:
+            args += ["--eval-data", *self.args.eval_data, "--eval-interval", str(s.eval_interval)]
         what, log = f"pre-training {objective}", f"pretrain-{objective}"
         folder.mkdir(parents=True, exist_ok=True)
         if not s.phase2_steps:
@@ -206,9 +243,15 @@ class Experiment:
 
     def _finetune_command(self, row: str, column: str, folder: Path) -> tuple[Path, list[str]]:
         s = self.scale
-        init = self.output / "pretrain" / ROW_RUNS[row][0] / "ckpt"
-        common = ["--init", str(init), "--output", str(folder), "--restarts", str(self.args.restarts),
+        objective = ROW_RUNS[row][0]
+        if objective is None:  # random weights of the same shape, with the pre-trained models' tokenizer
+            start = ["--preset", s.preset, "--layer-norm-position", s.layer_norm_position,
+                     "--tokenizer", str(self.output / "pretrain" / "mlm_nsp" / "ckpt" / "tokenizer")]
+        else:
+            start = ["--init", str(self.output / "pretrain" / objective / "ckpt")]
+        common = [*start, "--output", str(folder), "--restarts", str(self.args.restarts),
                   "--seed", str(self.args.seed), "--no-save-model"]
+        common += ["--dropout", str(s.finetune_dropout)] if s.finetune_dropout is not None else []
         common += ["--grid"] if s.grid else ["--epochs", str(s.finetune_epochs), "--batch-size", str(s.finetune_batch_size),
                                              "--lr", str(s.finetune_lr)]
         common += ["--bilstm"] if row == "+ BiLSTM" else []
@@ -230,6 +273,8 @@ class Experiment:
             env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         with open(log, "a") as out:
             result = subprocess.run([*self.launch, str(script), *args], stdout=out, stderr=subprocess.STDOUT, env=env)
+        if result.returncode == 0:
+            self._record_time(log_name, time.monotonic() - began)
         if result.returncode != 0:
             lines = log.read_text(errors="replace").splitlines()
             said = next((line for line in reversed(lines) if line.startswith("error: ")), None)
@@ -238,6 +283,63 @@ class Experiment:
             tail = "\n".join(lines[-15:])
             raise StepFailed(f"{what} failed (exit {result.returncode}); the end of {log}:\n{tail}")
         print(f"[table5] {what}: {time.monotonic() - began:,.0f}s", flush=True)
+
+
+    def _times(self) -> dict:
+        """Seconds of every finished step (summed over reruns that resumed it): OUTPUT/step_seconds.json."""
+        path = self.output / "step_seconds.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def _record_time(self, log_name: str, seconds: float) -> None:
+        times = self._times()
+        times[log_name] = round(times.get(log_name, 0.0) + seconds, 1)
+        temporary = self.output / "step_seconds.json.tmp"
+        temporary.write_text(json.dumps(times, indent=1))
+        temporary.replace(self.output / "step_seconds.json")
+
+    def _pretraining_summary(self, objective: str) -> dict:
+        """The model's last held-out evaluation (masked-LM or, for LTR, next-token accuracy; NSP)."""
+        metrics = self.output / "pretrain" / objective / "metrics.jsonl"
+        evaluations = [line for line in _json_lines(metrics) if "eval/mlm_accuracy" in line]
+        if not evaluations:
+            return {}
+        last = evaluations[-1]
+        return {"step": last.get("step"), "held_out_accuracy": last.get("eval/mlm_accuracy"),
+                "held_out_nsp_accuracy": last.get("eval/nsp_accuracy"), "consumed_tokens": last.get("consumed_tokens")}
+
+
+def _json_lines(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def adopt_pretrained(folder: Path, run: Path, objective: str, scale: Scale) -> None:
+    """Use a finished pre-training run (its --save folder) as OUTPUT/pretrain/OBJECTIVE: checked to
+    have ended at the scale's last step with its model, objective and batch (the rest of the recipe,
+    seed and stream are the caller's word), then linked in with its metrics."""
+    from bert_ds.checkpoint import zero
+
+    if not run.is_dir():
+        raise ConfigError(f"--pretrained {objective}={run}: no such folder.")
+    latest = zero.latest_complete_tag(str(run))
+    if latest is None:
+        raise ConfigError(f"--pretrained {objective}={run}: holds no complete checkpoint.")
+    marker = zero.read_marker(str(run), latest)
+    stored = marker.get("run", {})
+    expected = {"preset": scale.preset, "train_steps": scale.pretrain_steps, "global_batch_size": scale.global_batch_size}
+    wrong = {key: stored.get(key) for key, value in expected.items() if stored.get(key) != value}
+    if int(latest.removeprefix("step")) != scale.pretrain_steps or wrong:
+        raise ConfigError(f"--pretrained {objective}={run}: its latest checkpoint is {latest} with {wrong or stored}; "
+                          f"the scale needs {scale.pretrain_steps} steps of {expected}.")
+    if (marker.get("model_config") or {}).get("layer_norm_position", scale.layer_norm_position) != scale.layer_norm_position:
+        raise ConfigError(f"--pretrained {objective}={run}: not {scale.layer_norm_position}-LN as the scale's models.")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, target in (("ckpt", run), ("metrics.jsonl", run / "metrics.jsonl")):
+        link = folder / name
+        if not link.exists() and target.exists():
+            link.symlink_to(target.resolve())
+    (folder / "done.json").write_text(json.dumps(dict(objective=objective, steps=scale.pretrain_steps, adopted=str(run))))
 
 
 class StepFailed(RuntimeError):

@@ -8,8 +8,9 @@ import math
 import statistics
 from pathlib import Path
 
-ROWS = ("MLM+NSP", "No NSP", "LTR & No NSP", "+ BiLSTM")
-"""The paper's row names, in its order (BERT-BASE is its "MLM+NSP" row)."""
+ROWS = ("MLM+NSP", "No NSP", "LTR & No NSP", "+ BiLSTM", "No pre-training")
+"""The paper's row names, in its order (BERT-BASE is its "MLM+NSP" row), and the floor: the same
+fine-tuning from random weights (not in the paper)."""
 
 # Devlin et al. 2018, Table 5 (dev sets, BERT-BASE architecture): MNLI-m, QNLI, MRPC and SST-2
 # accuracy, SQuAD v1.1 F1.
@@ -50,7 +51,8 @@ def markdown(record: dict) -> str:
     cap = record["settings"].get("max_train_examples")
     lines = [f"Table 5 in miniature, scale `{record['scale']}`: dev scores, mean ± std over "
              f"{record['restarts']} restart(s) per cell; pre-training {record['budget']['pretraining_tokens']:,} tokens "
-             "per model" + (f"; fine-tuning on the first {cap:,} training examples of each task" if cap else "") + ".",
+             "per model" + (f"; fine-tuning on the first {cap:,} training examples of each task" if cap
+                            else "; fine-tuning on whole training sets") + ".",
              "", header, "|---|" + "---|---|" * len(columns)]
     for row in ROWS:
         cells = record["cells"].get(row, {})
@@ -58,9 +60,26 @@ def markdown(record: dict) -> str:
         for column in columns:
             cell = cells.get(column)
             ours = f"{cell['mean']:.1f} ± {cell['std']:.1f}" if cell else "–"
-            paper = PAPER[row].get(column)
+            paper = PAPER.get(row, {}).get(column)
             values += [ours, f"{paper:.1f}" if paper is not None else "–"]
         lines.append(f"| {row} | " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n" + pretraining_markdown(record)
+
+
+OBJECTIVE_NAMES = {"mlm_nsp": "MLM+NSP", "mlm": "No NSP", "ltr": "LTR & No NSP"}
+
+
+def pretraining_markdown(record: dict) -> str:
+    """Each pre-trained model's last held-out evaluation (LTR: next-token accuracy), if evaluated."""
+    models = {name: summary for name, summary in record.get("pretraining", {}).items() if summary}
+    if not models:
+        return ""
+    lines = ["", "Held-out accuracy of each pre-trained model at its last evaluation (masked tokens; LTR: next token):",
+             "", "| model | step | tokens | held-out accuracy | NSP accuracy |", "|---|---|---|---|---|"]
+    for name, m in models.items():
+        nsp = f"{100 * m['held_out_nsp_accuracy']:.1f}%" if m.get("held_out_nsp_accuracy") is not None else "–"
+        lines.append(f"| {OBJECTIVE_NAMES.get(name, name)} | {m['step']:,} | {m.get('consumed_tokens') or 0:,} | "
+                     f"{100 * m['held_out_accuracy']:.1f}% | {nsp} |")
     return "\n".join(lines) + "\n"
 
 
@@ -78,7 +97,7 @@ def plot(record: dict, path: Path) -> None:
         means = [record["cells"][row][column]["mean"] for row in rows]
         stds = [record["cells"][row][column]["std"] for row in rows]
         axis.bar(range(len(rows)), means, yerr=stds, capsize=4, color="#4C72B0", label="ours")
-        paper = [PAPER[row].get(column, math.nan) for row in rows]
+        paper = [PAPER.get(row, {}).get(column, math.nan) for row in rows]
         axis.plot(range(len(rows)), paper, "o", color="#DD8452", label="paper")
         axis.set_xticks(range(len(rows)), rows, rotation=20, fontsize=8)
         axis.set_title(COLUMN_NAMES.get(column, column), fontsize=10)

@@ -43,12 +43,17 @@ class StartOptions:
     """A bert_ds checkpoint (ZeRO or portable) or a Hugging Face BERT folder; none: random weights."""
     preset: str = field(default="large", metadata=option(choices=sorted(PRESETS)))
     """Model size without --init (with --init the checkpoint decides)."""
+    layer_norm_position: Optional[str] = field(default=None, metadata=option(choices=["post", "pre"]))
+    """Without --init: where the random model's LayerNorms sit (default: the preset's, post);
+    with --init the checkpoint decides."""
     tokenizer: Optional[str] = None
     """Tokenizer (default: the one stored with --init)."""
     lowercase: Optional[bool] = None
     """Lowercase and strip accents before WordPiece lookup (default: the vocabulary's own casing)."""
 
     def problems(self) -> list[str]:
+        if self.init and self.layer_norm_position:
+            return ["--layer-norm-position is for random weights (no --init): a checkpoint has its own"]
         return []
 
 

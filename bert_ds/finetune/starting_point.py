@@ -81,8 +81,16 @@ def resolve(job, rank: int) -> StartingPoint:
     if checkpoint is not None:
         config, description = checkpoint.model_config, f"{job.start.init} ({checkpoint.manifest.get('source', 'portable')})"
     else:
-        config, description = model_preset(job.start.preset), f"random weights (preset {job.start.preset}; no --init)"
+        config, description = _random_model(job)
     return StartingPoint(checkpoint, tokenizer, finetuning_model_config(job, config, tokenizer, checkpoint is not None), description)
+
+
+def _random_model(job) -> tuple[ModelConfig, str]:
+    """The config and description of random starting weights (no --init): the preset's shape."""
+    config = model_preset(job.start.preset)
+    if job.start.layer_norm_position:
+        config = config.replace(layer_norm_position=job.start.layer_norm_position)
+    return config, f"random weights (preset {job.start.preset}, {config.layer_norm_position}-LN; no --init)"
 
 
 def finetuning_model_config(job, config: ModelConfig, tokenizer, from_checkpoint: bool) -> ModelConfig:
@@ -111,8 +119,8 @@ def describe_init(job) -> tuple[ModelConfig, object, str]:
         if not job.start.tokenizer:
             raise ConfigError("--tokenizer is required: --init is missing or stores no tokenizer.")
         tokenizer = load_tokenizer(job.start.tokenizer, job.start.lowercase)
-        return finetuning_model_config(job, model_preset(job.start.preset), tokenizer, False), tokenizer, \
-            f"random weights (preset {job.start.preset}; no --init)"
+        config, description = _random_model(job)
+        return finetuning_model_config(job, config, tokenizer, False), tokenizer, description
     path = Path(job.start.init)
     if not path.is_dir():
         raise CheckpointError(f"--init {job.start.init}: no such folder.")
