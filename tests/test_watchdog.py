@@ -24,9 +24,8 @@ class Job:
     """A pre-training job in a session of its own, its output in files (a pipe nobody reads
     would fill and stall the job: a hang of the test's own making)."""
 
-    def __init__(self, tmp_path, args, cache, nproc=1, faults=""):
-        command, env = entrypoint_command("bert_ds/pretrain.py", args, nproc, cache, None,
-                                          {"BERT_DS_FAULTS": faults} if faults else None)
+    def __init__(self, tmp_path, args, cache, nproc=1, faults="", script="bert_ds/pretrain.py"):
+        command, env = entrypoint_command(script, args, nproc, cache, None, {"BERT_DS_FAULTS": faults} if faults else None)
         self.out, self.err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
         with open(self.out, "w") as out, open(self.err, "w") as err:
             self.process = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=REPO, start_new_session=True)
@@ -199,3 +198,33 @@ def test_auto_limits_follow_the_measured_steps_and_long_phases_keep_the_startup_
     fixed.step_done(1, 0.1)
     with fixed.phase("data", "reading"):
         assert fixed.limit() == 7 and not Limits(step=0).enabled
+
+
+def test_fine_tuning_runs_under_the_watchdog_too(tmp_path, pretrained_tiny):
+    """A 2-rank GLUE job whose rank 1 is stopped after its first epoch: rank 0 writes OUTPUT/hang/
+    and names the silent rank."""
+    import random
+
+    from tests.support.glue_fixtures import write_sst2
+
+    write_sst2(tmp_path / "glue", random.Random(0))
+    out = tmp_path / "out"
+    args = ["--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--init", pretrained_tiny, "--output", str(out),
+            "--max-seq-length", "48", "--epochs", "40", "--batch-size", "8", "--lr", "1e-3", "--no-save-model",
+            "--step-timeout", str(LIMIT)]
+    job = Job(tmp_path, args, None, nproc=2, script="bert_ds/finetune/glue.py")
+    try:
+        deadline = time.monotonic() + 240
+        while "epoch 1/40 |" not in job.log():
+            assert job.process.poll() is None and time.monotonic() < deadline, job.log()[-3000:]
+            time.sleep(0.5)
+        rank1 = next(pid for pid in job.processes() if _environ(pid).get("RANK") == "1")
+        os.kill(rank1, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        while "error: hang:" not in job.err.read_text():
+            assert time.monotonic() - stopped_at < LIMIT + 60, job.log()[-3000:]
+            time.sleep(0.5)
+    finally:
+        job.kill()
+    cause = _hang_report(out, 0).splitlines()[0]
+    assert "on rank 0 (" in cause and "fine-tuning" in cause and "from rank 1 on " in cause, cause

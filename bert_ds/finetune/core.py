@@ -22,6 +22,7 @@ import torch.distributed as dist
 from bert_ds.finetune.args import FinetuneConfig, HeadOptions, RunSettings, batch_plan
 from bert_ds.finetune.batches import collate, outputs_per_feature
 from bert_ds.model.heads import TaskKind, finetuning_loss
+from bert_ds.training.loop.watchdog import watching
 
 
 @dataclass
@@ -108,11 +109,12 @@ def train_micro_batch(engine, features: list[dict], kind: TaskKind, regression: 
     """One micro batch: padded to its longest feature (collate), forward, loss, backward, and the
     engine's step (an optimizer step at the accumulation boundary); returns the loss."""
     batch = {k: v.to(device) for k, v in collate(features, kind, pad_id).items()}
-    logits = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-    loss = finetuning_loss(kind, logits, batch, regression)
-    engine.backward(loss)
-    engine.step()
-    return float(loss.detach())
+    with watching().phase("step", "fine-tuning: forward, backward and the optimizer step (the gradient all-reduce)"):
+        logits = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        loss = finetuning_loss(kind, logits, batch, regression)
+        engine.backward(loss)
+        engine.step()
+        return float(loss.detach())
 
 
 def train_epoch(engine, plan, task: TaskData, layout, pad_id: int, order: list[int], progress) -> float:
@@ -120,10 +122,12 @@ def train_epoch(engine, plan, task: TaskData, layout, pad_id: int, order: list[i
     losses = []
     engine.train()
     for start in range(0, len(order), plan.global_batch_size):
+        began = time.perf_counter()
         mine = order[start + layout.dp_rank * per_rank: start + (layout.dp_rank + 1) * per_rank]
         for first in range(0, per_rank, plan.micro_batch_size):
             features = [task.train[i] for i in mine[first: first + plan.micro_batch_size]]
             losses.append(train_micro_batch(engine, features, task.kind, task.regression, pad_id, layout.device))
+        watching().step_done(None, time.perf_counter() - began)  # counted over epochs and runs
         progress.update(1)
         progress.set_postfix(loss=f"{np.mean(losses[-10:]):.4f}")
     # Every rank saw its own part of each batch: report the mean over all of them.
@@ -139,13 +143,15 @@ def predict(engine, features: list[dict], task: TaskData, layout, pad_id: int, b
     Every rank runs the same number of forwards (a ZeRO-3 forward gathers each layer's weights
     from all of them): one left without features of its own repeats the first and drops it."""
     engine.eval()
+    watchdog = watching()
     mine = list(range(layout.dp_rank, len(features), layout.data_parallel))
     most = math.ceil(len(features) / layout.data_parallel)
     outputs = []
     for first in range(0, most, batch_size):
         chunk = [features[i] for i in mine[first: first + batch_size]]
         batch = {k: v.to(layout.device) for k, v in collate(chunk or features[:1], task.kind, pad_id).items()}
-        logits = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        with watchdog.phase("evaluation", "fine-tuning: the dev/test predictions"):
+            logits = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
         if chunk:
             outputs += outputs_per_feature(task.kind, logits, batch["attention_mask"])
     gathered = [None] * layout.world_size
@@ -165,7 +171,8 @@ def run_once(job: FinetuneConfig, task: TaskData, start, layout, settings: RunSe
 
     reseed(layout, settings.seed, 0)  # dropout streams of this run
     steps = math.ceil(len(task.train) / settings.batch_size)
-    model, engine, plan, notes = _model_and_engine(job, settings, start, task, layout, steps * settings.epochs)
+    with watching().phase("startup", "fine-tuning: building the model and its DeepSpeed engine"):
+        model, engine, plan, notes = _model_and_engine(job, settings, start, task, layout, steps * settings.epochs)
     for note in notes:
         layout.say(note)
     pad_id = start.tokenizer.pad_id

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +69,7 @@ class FinetuneTask:
         except USER_ERRORS as error:
             return report(error)
         try:
-            self.run(args, job, *_setup(job))
+            _watched_run(job, lambda start, layout: self.run(args, job, start, layout))
         except USER_ERRORS as error:
             return report(error)
         finally:
@@ -154,13 +155,29 @@ def _dry_run(job, tasks) -> int:
     return 0
 
 
+def _watched_run(job, run) -> None:
+    """Join the job, then set up and `run(start, layout)` under the step watchdog
+    (training/loop/watchdog.py; its hang reports go to OUTPUT/hang/)."""
+    import torch.distributed as dist
+
+    from bert_ds.runtime.distributed import join_process_group
+    from bert_ds.training.loop.watchdog import Watchdog, watch
+
+    join_process_group(job.parallel.collective_timeout)
+    watchdog = Watchdog(job.parallel.watchdog_limits(), dist.get_rank(), dist.get_world_size(),
+                        os.path.join(job.start.output, "hang"), after_exit="(fine-tuning: rerun the job)")
+    with watch(watchdog):
+        start, layout = _setup(job)
+        with watchdog.phase("step", "fine-tuning"):
+            run(start, layout)
+
+
 def _setup(job):
     import torch.distributed as dist
 
     from bert_ds.finetune.starting_point import resolve
-    from bert_ds.runtime.distributed import init_parallel, join_process_group
+    from bert_ds.runtime.distributed import init_parallel
 
-    join_process_group(job.parallel.collective_timeout)
     start = resolve(job, dist.get_rank())
     job.validate(dist.get_world_size(), start.model_config)  # the dry run's rules: no grid setting fails late
     layout = init_parallel(start.model_config, job.parallel.tensor_parallel, 1, seed=job.recipe.seed,

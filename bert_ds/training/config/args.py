@@ -20,7 +20,7 @@ from bert_ds.config import (
 )
 from bert_ds.options import HelpFormatter, add_options, flat, from_namespace, option, refuse_empty_values, sections
 from bert_ds.training.config.sections import (
-    OptimizerOptions, ParallelOptions, PlanOptions, at_least, dropout_problems, micro_batch_size, num_workers, positive_finite, step_timeout,
+    OptimizerOptions, ParallelOptions, PlanOptions, at_least, dropout_problems, micro_batch_size, num_workers, positive_finite,
 )
 
 # Presets as data: the training values each preset overrides (the model's are config.PRESETS).
@@ -67,27 +67,8 @@ class PretrainParallel(ParallelOptions):
     (default: zero1; pipeline for PP > 1)."""
     pipeline_parallel: int = 1
     """Pipeline-parallel size PP (DeepSpeed PipelineModule)."""
-    step_timeout: Optional[float] = field(default=None, metadata=option(parse=step_timeout))
-    """Seconds a rank may go without progress (a micro batch, a held-out batch) before its
-    watchdog writes every thread's stack to SAVE/hang/rank-R.txt and ends the run with exit 98,
-    which the Slurm scripts requeue: auto (10x the median measured step, at least 300 s), a
-    number of seconds, or 0 (off). Start-up, the first step and checkpoint writes have
-    --startup-timeout instead (training/loop/watchdog.py)."""
-    startup_timeout: float = 1800.0
-    """Seconds the watchdog allows for start-up (model, engine, data, checkpoint load), the first
-    step and each checkpoint write."""
-
     def problems(self) -> list[str]:
-        problems = super().problems() + at_least(self, 1, "pipeline_parallel")
-        if not (math.isfinite(self.startup_timeout) and self.startup_timeout >= 10):
-            problems.append(f"--startup-timeout must be at least 10 seconds, got {self.startup_timeout:g}")
-        return problems
-
-    def watchdog_limits(self):
-        """The watchdog's limits (training/loop/watchdog.py Limits)."""
-        from bert_ds.training.loop.watchdog import Limits
-
-        return Limits(step=self.step_timeout, startup=self.startup_timeout)
+        return super().problems() + at_least(self, 1, "pipeline_parallel")
 
     def deepspeed_setup(self, batch, device_type: str, clip_grad: float, pipeline_parallel: Optional[int] = None):
         return super().deepspeed_setup(batch, device_type, clip_grad, self.pipeline_parallel)

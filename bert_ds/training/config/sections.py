@@ -99,12 +99,29 @@ class ParallelOptions:
     """Seconds a collective (all-reduce, broadcast, ...) may wait for a peer before the run fails,
     in every process group: the world's, megatron's TP/PP/DP groups and DeepSpeed's (torch's own
     defaults are 30 minutes for gloo and 10 for NCCL; megatron's groups get 30)."""
+    step_timeout: Optional[float] = field(default=None, metadata=option(parse=step_timeout))
+    """Seconds a rank may go without progress (a micro batch, an evaluation batch) before its
+    watchdog writes every thread's stack to SAVE/hang/rank-R.txt (fine-tuning: OUTPUT/hang/) and
+    ends the run with exit 98, which the pre-training Slurm script requeues: auto (10x the median
+    measured step, at least 300 s), a number of seconds, or 0 (off). Start-up, the first step and
+    checkpoint writes have --startup-timeout instead (training/loop/watchdog.py)."""
+    startup_timeout: float = 1800.0
+    """Seconds the watchdog allows for start-up (model, engine, data, checkpoint load), the first
+    step and each checkpoint write."""
 
     def problems(self) -> list[str]:
         problems = at_least(self, 1, "tensor_parallel")
         if not (math.isfinite(self.collective_timeout) and self.collective_timeout >= 10):
             problems.append(f"--collective-timeout must be at least 10 seconds, got {self.collective_timeout:g}")
+        if not (math.isfinite(self.startup_timeout) and self.startup_timeout >= 10):
+            problems.append(f"--startup-timeout must be at least 10 seconds, got {self.startup_timeout:g}")
         return problems
+
+    def watchdog_limits(self):
+        """The watchdog's limits (training/loop/watchdog.py Limits)."""
+        from bert_ds.training.loop.watchdog import Limits
+
+        return Limits(step=self.step_timeout, startup=self.startup_timeout)
 
     def deepspeed_setup(self, batch, device_type: str, clip_grad: float, pipeline_parallel: int = 1):
         """The DeepSpeed config of these options for one batch plan (training/engine/ds_config.py

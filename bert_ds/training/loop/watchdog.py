@@ -95,8 +95,8 @@ class Watchdog:
     """One rank's watchdog thread; see the module's docstring."""
 
     def __init__(self, limits: Limits, rank: int, world_size: int, hang_dir: Optional[str], say=None,
-                 heartbeats: Optional[Heartbeats] = None):
-        self.limits, self.rank, self.world_size = limits, rank, world_size
+                 heartbeats: Optional[Heartbeats] = None, after_exit: str = "to be restarted from the latest complete checkpoint"):
+        self.limits, self.rank, self.world_size, self.after_exit = limits, rank, world_size, after_exit
         self.host = socket.gethostname()
         self.hang_dir = Path(hang_dir) if hang_dir else None
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -126,9 +126,11 @@ class Watchdog:
             self._phases.pop()
             self.beat()
 
-    def step_done(self, step: int, seconds: float) -> None:
-        """Step `step` finished after `seconds` (its own time, without evaluations or checkpoints)."""
-        self.step, self.steps_done = step, self.steps_done + 1
+    def step_done(self, step: Optional[int], seconds: float) -> None:
+        """Step `step` (None: count them) finished after `seconds` (its own time, without
+        evaluations or checkpoints)."""
+        self.steps_done += 1
+        self.step = self.steps_done if step is None else step
         if self.steps_done > 1:  # the first step (kernel builds, connections, first reads) is no measure
             self._step_seconds.append(seconds)
         self.beat()
@@ -235,7 +237,7 @@ class Watchdog:
                 f"{idle:.0f} s in {what}" + (f" {when}" if when else "") + f" (limit {limit:.0f} s, --step-timeout/--startup-timeout)"
                 + (f"; {peers}" if peers else "")
                 + (f"; stacks in {path}" if path else "")
-                + f"; exiting with code {EXIT_CODE_HANG} to be restarted from the latest complete checkpoint")
+                + f"; exiting with code {EXIT_CODE_HANG}" + (f" {self.after_exit}" if self.after_exit else ""))
         try:
             self._write_stacks(path, line)
         finally:
@@ -272,7 +274,7 @@ class _Idle:
     def phase(self, kind: str, what: str):
         yield
 
-    def step_done(self, step: int, seconds: float) -> None:
+    def step_done(self, step: Optional[int], seconds: float) -> None:
         pass
 
 

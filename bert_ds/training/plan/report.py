@@ -179,7 +179,9 @@ def format_finetune_plan(plan) -> str:
         ("model", f"{config.num_layers} layers, hidden {config.hidden_size}, {config.num_attention_heads} heads, "
                   f"{amount(plan.parameters)} parameters; from {plan.init_text}"),
         ("tokenizer", f"{plan.tokenizer_text}; embedding rows {config.vocab_size:,}"),
-        ("layout", f"world {plan.world_size} = TP {job.parallel.tensor_parallel} x DP {plan.data_parallel} (world from {plan.world_from})"),
+        ("layout", f"world {plan.world_size} = TP {job.parallel.tensor_parallel} x DP {plan.data_parallel} (world from {plan.world_from}); "
+                   f"a collective waits at most {job.parallel.collective_timeout:g} s for a peer (--collective-timeout)"),
+        ("watchdog", job.parallel.watchdog_limits().describe().replace("SAVE/hang/", "OUTPUT/hang/")),
         ("batches", "\n".join(f"global {b.global_batch_size} = micro {b.micro_batch_size} x DP {b.data_parallel} "
                               f"x accumulation {b.accumulation}" for b in plan.batches.values())),
         ("settings", " x ".join(f"{name.replace('_', ' ')} {{{', '.join(f'{v:g}' for v in vals)}}}" for name, vals in values.items())
@@ -211,6 +213,8 @@ def finetune_plan_json(plan) -> dict:
         tasks=[dict(dataclasses.asdict(task), runs=[dataclasses.asdict(s) for s in plan.runs[task.name]],
                     restarts=task.restarts or job.grid.restarts, optimizer_steps=plan.steps[task.name])
                for task in plan.tasks],
+        collective_timeout=job.parallel.collective_timeout, step_timeout=job.parallel.step_timeout,
+        startup_timeout=job.parallel.startup_timeout,
         deepspeed_config=job.parallel.deepspeed_config, zero_stage=plan.zero_stage, precision=plan.precision, precision_reason=plan.precision_reason,
         memory=memory_json(plan.memory), model_bytes=plan.model_bytes, notes=plan.notes,
     )
