@@ -191,7 +191,9 @@ def _plain_sums(engine, eval_set: EvalSet, layout):
     import torch
 
     from bert_ds.model.loss import evaluation_sums
+    from bert_ds.model.selection import selected_rows
     from bert_ds.runtime.device import to_device
+    from bert_ds.training.loop.steps import read_on_host
     from bert_ds.training.loop.watchdog import watching
 
     total, watchdog = None, watching()
@@ -199,10 +201,11 @@ def _plain_sums(engine, eval_set: EvalSet, layout):
     try:
         with torch.no_grad():
             for batch in eval_set.batches:
-                batch = to_device(batch, layout.device)
-                loss_mask = batch["loss_mask"]
-                out = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], loss_mask)
-                sums = evaluation_sums(out.mlm_logits, batch["labels"][loss_mask], out.nsp_logits,
+                # The predicted positions come from the host copy, as in training (no device read).
+                batch = to_device(read_on_host(batch)[0], layout.device)
+                positions = batch["predicted_positions"]
+                out = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], positions)
+                sums = evaluation_sums(out.mlm_logits, selected_rows(batch["labels"], positions), out.nsp_logits,
                                        batch.get("next_sentence_label"), tp_group=layout.tp_group)
                 total = sums if total is None else total + sums
                 watchdog.beat()  # a long evaluation progresses batch by batch
