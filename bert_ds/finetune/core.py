@@ -129,7 +129,8 @@ def train_epoch(engine, plan, task: TaskData, layout, pad_id: int, order: list[i
             losses.append(train_micro_batch(engine, features, task.kind, task.regression, pad_id, layout.device))
         watching().step_done(None, time.perf_counter() - began)  # counted over epochs and runs
         progress.update(1)
-        progress.set_postfix(loss=f"{np.mean(losses[-10:]):.4f}")
+        # refresh=False: the bar is redrawn at its own interval (every 30 s into a log file), not per step.
+        progress.set_postfix(loss=f"{np.mean(losses[-10:]):.4f}", refresh=False)
     # Every rank saw its own part of each batch: report the mean over all of them.
     total = torch.tensor([sum(losses), len(losses)], dtype=torch.float64, device=layout.device)
     dist.all_reduce(total, group=layout.dp_group)
