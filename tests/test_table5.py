@@ -48,8 +48,8 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
     assert "random weights (preset tiny, post-LN; no --init)" in floor
     assert set(record["step_seconds"]) >= {"pretrain-mlm_nsp", "mlm_nsp-squad", "no_pretraining-mrpc"}
     assert all(seconds > 0 for seconds in record["step_seconds"].values())
-    # The scale's --max-train-examples reaches fine-tuning: 200 of the fixture's 240 SST-2 rows.
-    assert "--max-train-examples 200: training on the first 200 of 240 features" in (out / "logs" / "ltr-sst2.log").read_text()
+    # The scale's --max-train-examples reaches fine-tuning: 160 of the fixture's 240 SST-2 rows.
+    assert "--max-train-examples 160: training on the first 160 of 240 features" in (out / "logs" / "ltr-sst2.log").read_text()
     heads = {row: json.loads((out / "finetune" / slug / "sst2" / "results.json").read_text())["head"]
              for row, slug in (("LTR & No NSP", "ltr"), ("+ BiLSTM", "ltr_bilstm"), ("MLM+NSP", "mlm_nsp"))}
     assert heads == {"LTR & No NSP": {"bilstm": False, "pooling": "last real token (causal model)", "unpad": True},

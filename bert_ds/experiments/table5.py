@@ -82,7 +82,7 @@ class Scale:
 
 SCALES = {
     # Minutes, on fixtures: the test suite runs it.
-    "smoke": Scale("tiny", 20, 16, 64, 1e-3, 2, 10, 4, 16, 2e-3, 48, 64, 32, max_train_examples=200),
+    "smoke": Scale("tiny", 20, 16, 64, 1e-3, 2, 10, 4, 16, 2e-3, 48, 64, 32, max_train_examples=160),
     # About 8 hours on a 2-core CPU when MLM+NSP is the desk recipe's run (--pretrained): the desk
     # recipe of docs/pretraining.md (mini, pre-LN, no dropout, batch 128, peak lr 2e-3, Adam beta2
     # 0.98; 7,400 steps at 128 tokens, then 600 at 256), so positions up to 256 are trained and
