@@ -157,6 +157,7 @@ def test_a_slow_rank_is_named_a_straggler_in_the_log_and_the_metrics(tmp_path, c
     last = [m for m in read_metrics(metrics) if "loss" in m][-1]
     assert last["step"] == 6 and last["slowest_forward_rank"] == 1 and last["forward_ms_slowest"] >= 400, last
     assert last["slowest_forward_host"] == socket.gethostname() and 0 <= last["data_ms_median"] < 400
+    assert [rank for rank, _, _ in last["forward_ms_by_rank"]] == [1, 0]  # every rank of a small world, slowest first
     assert f"straggler: rank 1 on {socket.gethostname()}: forward pass" in job.log()
 
 

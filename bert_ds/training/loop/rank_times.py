@@ -84,16 +84,23 @@ class RankTimes:
         return summarize(rows, self.hosts)
 
 
+SLOWEST_LISTED = 8
+"""Ranks listed per kind in each metrics line (all of them in a world this small)."""
+
+
 def summarize(rows: list[list[float]], hosts: list[str]) -> dict:
-    """{forward,data}_ms_{slowest,median}, slowest_{forward,data}_rank/host from per-rank
+    """{forward,data}_ms_{slowest,median}, slowest_{forward,data}_rank/host, `{kind}_ms_by_rank`
+    (the SLOWEST_LISTED slowest ranks as [rank, host, ms], slowest first) from per-rank
     [data ms, forward ms] rows, and `straggler`: a line naming a rank 1.25x the median, or ''."""
     out, lines = {}, []
     for column, kind in ((1, "forward"), (0, "data")):
         values = [row[column] for row in rows]
-        slowest = max(range(len(values)), key=values.__getitem__)
+        order = sorted(range(len(values)), key=values.__getitem__, reverse=True)
+        slowest = order[0]
         median = statistics.median(values)
         out.update({f"{kind}_ms_slowest": values[slowest], f"{kind}_ms_median": median,
-                    f"slowest_{kind}_rank": slowest, f"slowest_{kind}_host": hosts[slowest]})
+                    f"slowest_{kind}_rank": slowest, f"slowest_{kind}_host": hosts[slowest],
+                    f"{kind}_ms_by_rank": [[rank, hosts[rank], round(values[rank], 2)] for rank in order[:SLOWEST_LISTED]]})
         if len(values) > 1 and values[slowest] >= STRAGGLER_RATIO * median and values[slowest] - median >= 1.0:
             what = "forward pass" if kind == "forward" else "wait for the data loader"
             lines.append(f"rank {slowest} on {hosts[slowest]}: {what} {values[slowest]:.0f} ms per micro batch, "
