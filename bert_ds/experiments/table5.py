@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Optional
 
 from bert_ds.errors import USER_ERRORS, ConfigError, report
-from bert_ds.experiments.table5_report import ROWS, cell_summary, write_report
+from bert_ds.experiments.table5_report import ROWS, cell_summary, write_report, write_whole
 
 PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -273,8 +273,6 @@ class Experiment:
             env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         with open(log, "a") as out:
             result = subprocess.run([*self.launch, str(script), *args], stdout=out, stderr=subprocess.STDOUT, env=env)
-        if result.returncode == 0:
-            self._record_time(log_name, time.monotonic() - began)
         if result.returncode != 0:
             lines = log.read_text(errors="replace").splitlines()
             said = next((line for line in reversed(lines) if line.startswith("error: ")), None)
@@ -282,8 +280,9 @@ class Experiment:
                 raise StepFailed(f"{what} failed: {said[len('error: '):]} (log: {log})")
             tail = "\n".join(lines[-15:])
             raise StepFailed(f"{what} failed (exit {result.returncode}); the end of {log}:\n{tail}")
-        print(f"[table5] {what}: {time.monotonic() - began:,.0f}s", flush=True)
-
+        seconds = time.monotonic() - began
+        self._record_time(log_name, seconds)
+        print(f"[table5] {what}: {seconds:,.0f}s", flush=True)
 
     def _times(self) -> dict:
         """Seconds of every finished step (summed over reruns that resumed it): OUTPUT/step_seconds.json."""
@@ -293,9 +292,7 @@ class Experiment:
     def _record_time(self, log_name: str, seconds: float) -> None:
         times = self._times()
         times[log_name] = round(times.get(log_name, 0.0) + seconds, 1)
-        temporary = self.output / "step_seconds.json.tmp"
-        temporary.write_text(json.dumps(times, indent=1))
-        temporary.replace(self.output / "step_seconds.json")
+        write_whole(self.output / "step_seconds.json", json.dumps(times, indent=1))
 
     def _pretraining_summary(self, objective: str) -> dict:
         """The model's last held-out evaluation (masked-LM or, for LTR, next-token accuracy; NSP)."""

@@ -32,12 +32,12 @@ def cell_summary(scores: list[float], selected: float, selection_budget: dict) -
 
 def write_report(output: Path, record: dict) -> None:
     """table5.json (the record), table5.md and table5.png, each written whole then moved in place."""
-    _write(output / "table5.json", json.dumps(record, indent=1))
-    _write(output / "table5.md", markdown(record))
+    write_whole(output / "table5.json", json.dumps(record, indent=1))
+    write_whole(output / "table5.md", markdown(record))
     plot(record, output / "table5.png")
 
 
-def _write(path: Path, text: str) -> None:
+def write_whole(path: Path, text: str) -> None:
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(text)
     temporary.replace(path)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import importlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional

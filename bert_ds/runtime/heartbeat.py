@@ -131,7 +131,7 @@ def silent_ranks(before: dict[int, Beat], after: dict[int, Beat], world_size: in
 
 
 def describe_ranks(ranks: list[int], beats: dict[int, Beat]) -> str:
-    """'rank 2 on node2 (step 17, forward/backward), rank 3 ...' for the hang report."""
+    """'rank 2 on node2 (at step 17, PHASE), rank 3 ...' for the hang report."""
     parts = []
     for rank in ranks:
         beat = beats.get(rank)

@@ -67,6 +67,7 @@ class PretrainParallel(ParallelOptions):
     (default: zero1; pipeline for PP > 1)."""
     pipeline_parallel: int = 1
     """Pipeline-parallel size PP (DeepSpeed PipelineModule)."""
+
     def problems(self) -> list[str]:
         return super().problems() + at_least(self, 1, "pipeline_parallel")
 

@@ -111,10 +111,10 @@ class ParallelOptions:
 
     def problems(self) -> list[str]:
         problems = at_least(self, 1, "tensor_parallel")
-        if not (math.isfinite(self.collective_timeout) and self.collective_timeout >= 10):
-            problems.append(f"--collective-timeout must be at least 10 seconds, got {self.collective_timeout:g}")
-        if not (math.isfinite(self.startup_timeout) and self.startup_timeout >= 10):
-            problems.append(f"--startup-timeout must be at least 10 seconds, got {self.startup_timeout:g}")
+        for name in ("collective_timeout", "startup_timeout"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 10):
+                problems.append(f"{flag(name)} must be at least 10 seconds, got {value:g}")
         return problems
 
     def watchdog_limits(self):

@@ -63,9 +63,9 @@ class RankTimes:
                 self._events.append((start_event, end_event))
             self.micro_batches += 1
 
-    def report(self, group=None) -> Optional[dict]:
+    def report(self, group=None) -> dict:
         """Collective: every rank's per-micro-batch milliseconds of the window, the slowest rank
-        and host of each kind and the median; None without micro batches. Resets the sums."""
+        and host of each kind and the median (`summarize`). Resets the sums."""
         import torch.distributed as dist
 
         if self.hosts is None:

@@ -12,6 +12,7 @@ logging window. On a GPU each such read would stall the host until the device dr
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, fields
 from typing import Iterator, Union
 
@@ -83,6 +84,13 @@ def read_on_host(batch: dict) -> tuple[dict, StepResult, bool]:
     return dict(batch, predicted_positions=torch.from_numpy(positions)), counts, bool(attention.all())
 
 
+@contextlib.contextmanager
+def _reading_data(watchdog, times):
+    """Waiting for the data loader: the watchdog's `data` phase and this rank's data-wait time."""
+    with watchdog.phase("data", "reading the next batch from the data loader"), times.data_wait():
+        yield
+
+
 def plain_step(engine, batches: Iterator[dict], accumulation: int, layout, poison: bool = False, step: int = 0,
                times=None) -> StepResult:
     """`accumulation` micro-batches of forward/backward, then one optimizer step on this rank of
@@ -94,7 +102,7 @@ def plain_step(engine, batches: Iterator[dict], accumulation: int, layout, poiso
     result, watchdog = StepResult(), watching()
     times = times or RankTimes(layout.device)
     for _ in range(accumulation):
-        with watchdog.phase("data", "reading the next batch from the data loader"), times.data_wait():
+        with _reading_data(watchdog, times):
             host, micro, unpadded = read_on_host(next(batches))
         batch = to_device(host, layout.device)
         positions = batch["predicted_positions"]
@@ -132,7 +140,7 @@ def pipeline_step(engine, batches: Iterator[dict], accumulation: int, device: to
 
     def feed():
         for _ in range(accumulation):
-            with watchdog.phase("data", "reading the next batch from the data loader"), times.data_wait():
+            with _reading_data(watchdog, times):
                 batch = next(batches)
             _, counts, _ = read_on_host(batch)
             counted.add(counts)
