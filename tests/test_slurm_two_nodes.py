@@ -109,6 +109,15 @@ def _partition(cluster, action: str) -> None:
         assert done.returncode == 0, done.stderr
 
 
+def _what_the_job_said(tmp_path, out, job: str) -> str:
+    """The batch script's log, each rank's last lines and the hang reports: why a job did not end."""
+    parts = [f"--- batch log\n{(tmp_path / f'run-{job}.out').read_text()[-2000:]}"]
+    for log in sorted((out / "logs").glob(f"{job}-*.log")):
+        parts.append(f"--- {log.name}\n" + "\n".join(log.read_text().splitlines()[-6:]))
+    parts.append(f"--- hang reports: {sorted(p.name for p in (out / 'hang').glob('*'))}" if (out / "hang").is_dir() else "--- no hang reports")
+    return "\n".join(parts)
+
+
 @pytest.mark.skipif(shutil.which("iptables") is None, reason="needs iptables (apt-get install iptables; .ci/run installs it)")
 def test_a_silent_partition_ends_the_job_by_the_watchdog_and_the_requeued_job_resumes(cluster, shared_cache, tmp_path):
     out, limit = tmp_path / "run", 15
@@ -121,6 +130,8 @@ def test_a_silent_partition_ends_the_job_by_the_watchdog_and_the_requeued_job_re
         wait_for_job(cluster.client, job, lambda: "requeueing job" in (tmp_path / f"run-{job}.out").read_text(),
                      timeout=limit + 120)
         ended_after = time.monotonic() - cut_at
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{_what_the_job_said(tmp_path, out, job)}") from None
     finally:
         _partition(cluster, "-D")
     assert ended_after < limit + 60, ended_after

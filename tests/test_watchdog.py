@@ -144,6 +144,22 @@ def test_slow_steps_and_checkpoint_writes_that_progress_never_trip_it(tmp_path, 
     assert not (save / "hang").exists()
 
 
+def test_a_checkpoint_write_that_stalls_past_ten_times_the_first_one_trips_it(tmp_path, cache):
+    """The first write (step 3) has the start-up limit and is measured; the second (step 6) stalls
+    for 60 s: it ends at 10x the first write (at least the 3 s step limit), not at the start-up
+    limit, and the checkpoint it was writing is not the latest."""
+    save = tmp_path / "ckpt"
+    args = ["--preset", "tiny", "--data", "sample", "--log-interval", "1", "--train-steps", "8", "--global-batch-size", "8",
+            "--micro-batch-size", "8", "--save", str(save), "--save-interval", "3", "--step-timeout", "3"]
+    job = Job(tmp_path, args, cache, faults="slow=60:save:6")
+    started = time.monotonic()
+    code = job.wait(timeout=240)
+    assert code == 98 and time.monotonic() - started < 55, job.log()[-3000:]
+    cause = next(line for line in job.log().splitlines() if line.startswith("error: hang:"))
+    assert "checkpoint write stalled on rank 0" in cause and "writing checkpoint step 6" in cause, cause
+    assert (save / "latest").read_text() == "step00000003"
+
+
 def test_a_slow_rank_is_named_a_straggler_in_the_log_and_the_metrics(tmp_path, cache):
     """Rank 1's forward passes of steps 4-6 take 0.4 s longer: the log window ending at step 6
     names it, with its host, as the slowest rank and a straggler."""
@@ -172,10 +188,10 @@ def test_the_launch_plan_shows_the_limits_and_the_slurm_script_passes_them(tmp_p
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert (plan["step_timeout"], plan["startup_timeout"], plan["collective_timeout"]) == (45, 1800, 120)
     assert "watchdog   | a rank with no progress ends the run (exit 98" in result.stdout
-    assert "steps 45 s (--step-timeout); start-up, first step and checkpoint writes 1800 s" in result.stdout
+    assert "steps 45 s (--step-timeout); start-up, first step and first checkpoint write 1800 s" in result.stdout
 
 
-def test_auto_limits_follow_the_measured_steps_and_long_phases_keep_the_startup_limit():
+def test_auto_limits_follow_the_measured_steps_and_checkpoint_writes():
     from bert_ds.training.loop.watchdog import Limits, Watchdog
 
     watchdog = Watchdog(Limits(step=None, startup=1800), rank=0, world_size=1, hang_dir=None)
@@ -199,6 +215,16 @@ def test_auto_limits_follow_the_measured_steps_and_long_phases_keep_the_startup_
     fixed.step_done(1, 0.1)
     with fixed.phase("data", "reading"):
         assert fixed.limit() == 7 and not Limits(step=0).enabled
+    # Checkpoint writes after the first: 10x the longest so far, at least the step limit.
+    quick = Watchdog(Limits(step=0.01), rank=0, world_size=1, hang_dir=None)
+    quick.step_done(1, 0.1)
+    with quick.phase("checkpoint", "writing"):
+        assert quick.limit() == 1800  # nothing measured yet
+        time.sleep(0.05)
+    with quick.phase("checkpoint", "writing"):
+        assert 0.5 <= quick.limit() < 1.5
+    with quick.phase("data", "reading"):
+        assert quick.limit() == 0.01
 
 
 def test_fine_tuning_runs_under_the_watchdog_too(tmp_path, pretrained_tiny):

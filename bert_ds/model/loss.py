@@ -47,11 +47,18 @@ def _megatron_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tp_grou
 def vocab_parallel_accuracy(logits: torch.Tensor, targets: torch.Tensor, tp_group) -> torch.Tensor:
     """Fraction of rows whose target has the top logit, with the vocabulary split over TP ranks.
 
-    logits: [n, vocab / tp] (this rank's slice); targets: [n] full-vocabulary ids. Only two
-    [n]-sized all-reduces cross ranks, never the [n, vocab] logits.
+    logits: [n, vocab / tp] (this rank's slice); targets: [n] full-vocabulary ids, negative on
+    padding rows (model/selection.py), which count nowhere. Only two [n]-sized all-reduces cross
+    ranks, never the [n, vocab] logits.
     """
+    return _correct(logits, targets, tp_group).sum() / (targets >= 0).sum().clamp(min=1)
+
+
+@torch.no_grad()
+def _correct(logits: torch.Tensor, targets: torch.Tensor, tp_group) -> torch.Tensor:
+    """float [n]: 1 where the row's target has the top logit, 0 elsewhere and on padding rows."""
     if targets.numel() == 0:
-        return logits.new_zeros(())
+        return logits.new_zeros((0,))
     part = logits.shape[-1]
     start = dist.get_rank(tp_group) * part if dist.get_world_size(tp_group) > 1 else 0
     best = logits.amax(dim=-1)  # (max(dim) also finds indices: 6x slower at [n, 30k])
@@ -61,20 +68,24 @@ def vocab_parallel_accuracy(logits: torch.Tensor, targets: torch.Tensor, tp_grou
     if dist.get_world_size(tp_group) > 1:
         dist.all_reduce(best, op=dist.ReduceOp.MAX, group=tp_group)
         dist.all_reduce(target_logit, op=dist.ReduceOp.SUM, group=tp_group)
-    return (target_logit >= best).float().mean()
+    return ((target_logit >= best) & (targets >= 0)).float()
 
 
 def _mlm_terms(mlm_logits: torch.Tensor, mlm_targets: torch.Tensor, tp_group):
-    """(per-row cross-entropy [n] or None when no position is selected, accuracy): the MLM terms
-    both reductions below share. The logits are taken to fp32 first: the softmax over 30k entries,
-    its log-sum-exp and the gradient back into the decoder are computed in fp32 (megatron's and
-    HF's practice); only the selected rows are converted. Accuracy is read before the
-    cross-entropy, which reuses the logits buffer in place."""
+    """(per-row cross-entropy [n] or None when no position is selected, correct [n], real [n]):
+    the MLM terms both reductions below share, zero on padding rows (a negative target: the rows
+    model/selection.py adds so that the decoder's shape repeats). The logits are taken to fp32
+    first: the softmax over 30k entries, its log-sum-exp and the gradient back into the decoder
+    are computed in fp32 (megatron's and HF's practice); only the selected rows are converted.
+    Correctness is read before the cross-entropy, which reuses the logits buffer in place."""
     mlm_logits = mlm_logits.float()
-    accuracy = vocab_parallel_accuracy(mlm_logits, mlm_targets, tp_group)
+    real = (mlm_targets >= 0).float()
+    correct = _correct(mlm_logits, mlm_targets, tp_group)
     if mlm_targets.numel() == 0:
-        return mlm_logits, None, accuracy
-    return mlm_logits, _megatron_cross_entropy(mlm_logits, mlm_targets, tp_group), accuracy
+        return mlm_logits, None, correct, real
+    # A padding row's target is outside every rank's vocabulary slice: its loss is finite, then zeroed.
+    per_row = _megatron_cross_entropy(mlm_logits, mlm_targets, tp_group) * real
+    return mlm_logits, per_row, correct, real
 
 
 def pretraining_loss(
@@ -89,11 +100,13 @@ def pretraining_loss(
     over this micro-batch: the loss of a training step (plain or the pipeline's last stage).
 
     mlm_logits: [n, vocab / tp] from BertForPretraining, rows aligned with mlm_targets [n]
-    (= labels[loss_mask]). The logits must not be used after this call (see _mlm_terms).
+    (= labels[loss_mask], with negative targets on padding rows that count nowhere). The logits must not be used after this call (see _mlm_terms).
     """
-    mlm_logits, per_row, mlm_accuracy = _mlm_terms(mlm_logits, mlm_targets, tp_group)
+    mlm_logits, per_row, correct, real = _mlm_terms(mlm_logits, mlm_targets, tp_group)
+    count = real.sum().clamp(min=1)
+    mlm_accuracy = correct.sum() / count
     # No selected token in this micro-batch: a zero that still reaches every head parameter.
-    mlm_loss = mlm_logits.sum() * 0.0 if per_row is None else per_row.mean()
+    mlm_loss = mlm_logits.sum() * 0.0 if per_row is None else per_row.sum() / count
     loss, nsp_loss, nsp_accuracy = mlm_loss, None, None
     if nsp_logits is not None and next_sentence_label is not None:
         nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label)
@@ -124,12 +137,11 @@ def evaluation_sums(
     rank's last micro-batch) and count nowhere; padding rows select no MLM position either.
     """
     sums = torch.zeros(len(EVAL_SUM_FIELDS), dtype=torch.float64, device=mlm_logits.device)
-    _, per_row, accuracy = _mlm_terms(mlm_logits, mlm_targets, tp_group)
+    _, per_row, correct, real = _mlm_terms(mlm_logits, mlm_targets, tp_group)
     if per_row is not None:
-        count = mlm_targets.numel()
-        sums[1] = accuracy.double() * count
         sums[0] = per_row.double().sum()
-        sums[2] = count
+        sums[1] = correct.double().sum()
+        sums[2] = real.double().sum()
     if nsp_logits is not None and next_sentence_label is not None:
         real = next_sentence_label >= 0
         logits, labels = nsp_logits[real].float(), next_sentence_label[real]

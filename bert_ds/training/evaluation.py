@@ -191,7 +191,6 @@ def _plain_sums(engine, eval_set: EvalSet, layout):
     import torch
 
     from bert_ds.model.loss import evaluation_sums
-    from bert_ds.model.selection import selected_rows
     from bert_ds.runtime.device import to_device
     from bert_ds.training.loop.steps import read_on_host
     from bert_ds.training.loop.watchdog import watching
@@ -205,7 +204,7 @@ def _plain_sums(engine, eval_set: EvalSet, layout):
                 batch = to_device(read_on_host(batch)[0], layout.device)
                 positions = batch["predicted_positions"]
                 out = engine(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], positions)
-                sums = evaluation_sums(out.mlm_logits, selected_rows(batch["labels"], positions), out.nsp_logits,
+                sums = evaluation_sums(out.mlm_logits, batch["predicted_labels"], out.nsp_logits,
                                        batch.get("next_sentence_label"), tp_group=layout.tp_group)
                 total = sums if total is None else total + sums
                 watchdog.beat()  # a long evaluation progresses batch by batch

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from bert_ds.model.loss import pretraining_loss
-from bert_ds.model.selection import selected_rows
+from bert_ds.model.selection import padded_selection
 from bert_ds.runtime.device import to_device
 from bert_ds.training.loop import faults
 from bert_ds.training.loop.rank_times import RankTimes
@@ -74,14 +74,16 @@ def read_on_host(batch: dict) -> tuple[dict, StepResult, bool]:
     """(the batch with `predicted_positions`, its counts, whether it has no padding), all read
     from the loader's host tensors through numpy, so no device value is ever waited for.
 
-    `predicted_positions` are the flat (batch-major) indices of `loss_mask`: the model and the
-    labels select rows by them (model/selection.py), where boolean indexing on the device would
-    first read back how many rows there are. A batch already on the device (a benchmark's) is
+    `predicted_positions` are the flat (batch-major) indices of `loss_mask` and
+    `predicted_labels` their targets, padded to a repeating row count (model/selection.py): the
+    model selects rows by them, where boolean indexing on the device would first read back how
+    many rows there are. A batch already on the device (a benchmark's) is
     read back here instead: correct, at the cost of those reads."""
-    attention, loss_mask = (_host_array(batch[name]) for name in ("attention_mask", "loss_mask"))
-    positions = np.flatnonzero(loss_mask)
-    counts = StepResult(samples=float(attention.shape[0]), tokens=float(attention.sum()), predicted_tokens=float(positions.size))
-    return dict(batch, predicted_positions=torch.from_numpy(positions)), counts, bool(attention.all())
+    attention, loss_mask, labels = (_host_array(batch[name]) for name in ("attention_mask", "loss_mask", "labels"))
+    positions, targets = padded_selection(loss_mask, labels)
+    counts = StepResult(samples=float(attention.shape[0]), tokens=float(attention.sum()), predicted_tokens=float(loss_mask.sum()))
+    selection = dict(predicted_positions=torch.from_numpy(positions), predicted_labels=torch.from_numpy(targets))
+    return dict(batch, **selection), counts, bool(attention.all())
 
 
 @contextlib.contextmanager
@@ -110,7 +112,7 @@ def plain_step(engine, batches: Iterator[dict], accumulation: int, layout, poiso
             faults.delay("forward", step, layout.rank)
             out = engine(batch["input_ids"], batch["token_type_ids"], None if unpadded else batch["attention_mask"], positions)
             losses = pretraining_loss(
-                out.mlm_logits, selected_rows(batch["labels"], positions), out.nsp_logits, batch.get("next_sentence_label"),
+                out.mlm_logits, batch["predicted_labels"], out.nsp_logits, batch.get("next_sentence_label"),
                 tp_group=layout.tp_group,
             )
         if poison:

@@ -17,10 +17,12 @@ watchdog thread:
    from the latest complete checkpoint (a checkpoint being written when the watchdog fired is
    not marked complete, so it is never resumed from).
 
-Limits (--step-timeout, --startup-timeout): start-up, the first step and checkpoint writes get
-the start-up limit (30 min by default, as NVIDIA's resiliency extension gives the first
-heartbeat); later phases get the step limit, by default 10x the median of the last measured
-steps and at least 5 minutes. Progress is measured by beats, not whole steps, so a long step
+Limits (--step-timeout, --startup-timeout): start-up, the first step and the first checkpoint
+write get the start-up limit (30 min by default, as NVIDIA's resiliency extension gives the
+first heartbeat); later steps get the step limit, by default 10x the median of the last measured
+steps and at least 5 minutes; later checkpoint writes 10x the longest write so far, at least the
+step limit (a write is also a collective: a peer cut off while the job saves must not hold it
+for the whole start-up limit). Progress is measured by beats, not whole steps, so a long step
 made of many micro batches, or a long evaluation, does not trip it while it advances.
 """
 
@@ -49,6 +51,7 @@ EXIT_CODE_HANG = 98
 """A rank's exit code when its watchdog ended the run (slurm/*.sh requeue on it)."""
 AUTO_STEP_FACTOR = 10
 AUTO_STEP_MINIMUM_S = 300.0
+AUTO_CHECKPOINT_FACTOR = 10
 STEPS_MEASURED = 50
 """The step limit follows the median of this many latest steps."""
 
@@ -62,7 +65,7 @@ _STALL = {
     "checkpoint": "checkpoint write stalled",
 }
 _SLOW_KINDS = ("startup", "checkpoint")
-"""Phases held to the start-up limit: rare, long and legitimately slow."""
+"""Phases rare, long and legitimately slow: the start-up limit until one was measured."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +73,7 @@ class Limits:
     step: Optional[float] = None
     """Seconds without progress within a step (None: auto, 0: the watchdog is off)."""
     startup: float = 1800.0
-    """Seconds for start-up, the first step and each checkpoint write."""
+    """Seconds for start-up, the first step and the first checkpoint write."""
 
     @property
     def enabled(self) -> bool:
@@ -83,7 +86,8 @@ class Limits:
         step = (f"{AUTO_STEP_FACTOR}x the median measured step, at least {AUTO_STEP_MINIMUM_S:g} s (--step-timeout auto)"
                 if self.step is None else f"{self.step:g} s (--step-timeout)")
         return (f"a rank with no progress ends the run (exit {EXIT_CODE_HANG}, stacks in SAVE/hang/): "
-                f"steps {step}; start-up, first step and checkpoint writes {self.startup:g} s (--startup-timeout)")
+                f"steps {step}; start-up, first step and first checkpoint write {self.startup:g} s (--startup-timeout); "
+                f"later checkpoint writes {AUTO_CHECKPOINT_FACTOR}x the longest one, at least the step limit")
 
 
 def job_marker(environ=os.environ) -> str:
@@ -105,6 +109,7 @@ class Watchdog:
         self._phases: list[tuple[str, str]] = [("startup", "start-up: model, engine, data, checkpoint load")]
         self._last_beat = time.monotonic()
         self._step_seconds: deque = deque(maxlen=STEPS_MEASURED)
+        self._longest_checkpoint = 0.0  # seconds of the longest checkpoint write finished so far
         self._stopped = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._wake_read = self._wake_write = -1
@@ -120,11 +125,14 @@ class Watchdog:
         """The loop is in `kind` (a key of _STALL) doing `what` until the block ends."""
         self._phases.append((kind, what))
         self.beat()
+        started = time.monotonic()
         try:
             yield
         finally:
             self._phases.pop()
             self.beat()
+            if kind == "checkpoint":
+                self._longest_checkpoint = max(self._longest_checkpoint, time.monotonic() - started)
 
     def step_done(self, step: Optional[int], seconds: float) -> None:
         """Step `step` (None: count them) finished after `seconds` (its own time, without
@@ -145,6 +153,8 @@ class Watchdog:
 
     def limit(self) -> float:
         kind = self._phases[-1][0]
+        if kind == "checkpoint" and self._longest_checkpoint and self.steps_done:
+            return max(self.step_limit(), AUTO_CHECKPOINT_FACTOR * self._longest_checkpoint)
         if kind in _SLOW_KINDS or self.steps_done == 0:
             return max(self.limits.startup, self.step_limit())
         return self.step_limit()
