@@ -255,3 +255,25 @@ def test_fine_tuning_runs_under_the_watchdog_too(tmp_path, pretrained_tiny):
         job.kill()
     cause = _hang_report(out, 0).splitlines()[0]
     assert "on rank 0 (" in cause and "fine-tuning" in cause and "from rank 1 on " in cause, cause
+
+
+def test_the_silent_peers_are_named_from_earlier_readings_when_the_store_has_gone():
+    """Rank 0 hosts the store; when it trips and exits first, the others' last reading fails:
+    the readings at half and three quarters of the limit still name the silent peers."""
+    from bert_ds.runtime.heartbeat import Beat
+    from bert_ds.training.loop.watchdog import Limits, Watchdog
+
+    class GoneStore:
+        enabled, store_name, error = True, "node1:29500", "DistNetworkError: Broken pipe"
+
+        def read(self):
+            return None
+
+    def beats(counts):
+        return {rank: Beat(count, 10, "step", "node1" if rank < 2 else "node2") for rank, count in enumerate(counts)}
+
+    watchdog = Watchdog(Limits(step=10), rank=1, world_size=4, hang_dir=None, heartbeats=GoneStore())
+    named = watchdog._peers((100.0, beats([5, 5, 5, 5])), later=(104.0, beats([9, 9, 5, 5])))
+    assert named.startswith("no heartbeat for 4 s from rank 2 on node2 (at step 10, step), rank 3 on node2"), named
+    assert "rank 0" not in named
+    assert "node1:29500 (rank 0's host) cannot be reached (DistNetworkError: Broken pipe)" in watchdog._peers((100.0, beats([5] * 4)))

@@ -195,7 +195,10 @@ class Watchdog:
         return max(5.0, 3 * statistics.median(self._step_seconds)) if self._step_seconds else 30.0
 
     def _watch(self) -> None:
-        earlier = None  # the peers' heartbeats when this stall reached half the limit
+        # The peers' heartbeats when this stall reached half the limit, and again at three
+        # quarters: if the store is gone by the trip (its host, rank 0, tripped a moment earlier
+        # and exited), those two readings still name the silent peers.
+        earlier = later = None
         terminated_at = None
         while True:
             # Ticks follow the step limit on every rank alike, whatever phase each is in, so that
@@ -213,35 +216,40 @@ class Watchdog:
             idle = now - self._last_beat
             if terminated_at is not None and self._last_beat < terminated_at and kind not in _SLOW_KINDS \
                     and idle > self._term_grace():
-                self._trip(kind, what, idle, limit, earlier or (now, self.heartbeats.read()), "when SIGTERM came")
+                self._trip(kind, what, idle, limit, earlier or (now, self.heartbeats.read()), "when SIGTERM came", later)
             if idle <= limit / 2:
-                earlier = None
+                earlier = later = None
                 continue
             if earlier is None:
                 earlier = (now, self.heartbeats.read())
+            elif later is None and idle > 0.75 * limit:
+                later = (now, self.heartbeats.read())
             if idle > limit:
-                self._trip(kind, what, idle, limit, earlier)
+                self._trip(kind, what, idle, limit, earlier, later=later)
 
-    def _peers(self, earlier) -> str:
-        """Who this rank waits for, from two readings of the heartbeats some seconds apart."""
+    def _peers(self, earlier, later=None) -> str:
+        """Who this rank waits for, from two readings of the heartbeats some seconds apart: the
+        first (`earlier`) and one taken now, or `later` when the store no longer answers."""
         if not self.heartbeats.enabled:
             return ""
         since, before = earlier
-        now = self.heartbeats.read()
+        seen, now = time.monotonic(), self.heartbeats.read()
+        if now is None and later is not None and later[1] is not None:
+            seen, now = later
         if now is None or before is None:
             return (f"the job's store at {self.heartbeats.store_name} (rank 0's host) cannot be reached "
                     f"({self.heartbeats.error}): the network to it is lost or that process is stopped")
         silent = silent_ranks(before, now, self.world_size)
         if silent:
-            return (f"no heartbeat for {time.monotonic() - since:.0f} s from {describe_ranks(silent, now)}: "
+            return (f"no heartbeat for {seen - since:.0f} s from {describe_ranks(silent, now)}: "
                     "those processes are stopped, dead or cut off")
         behind = [rank for rank, beat in now.items() if beat.step < max(b.step for b in now.values())]
         if behind:
             return f"every rank is alive; behind the others: {describe_ranks(behind, now)}"
         return "every rank is alive and at the same step (a collective or device hang: see the stacks)"
 
-    def _trip(self, kind: str, what: str, idle: float, limit: float, earlier, when: str = "") -> None:
-        peers = self._peers(earlier)
+    def _trip(self, kind: str, what: str, idle: float, limit: float, earlier, when: str = "", later=None) -> None:
+        peers = self._peers(earlier, later)
         path = self.hang_dir / f"rank-{self.rank}.txt" if self.hang_dir else None
         line = (f"error: hang: {_STALL[kind]} on rank {self.rank} ({self.host}) after step {self.step}: no progress for "
                 f"{idle:.0f} s in {what}" + (f" {when}" if when else "") + f" (limit {limit:.0f} s, --step-timeout/--startup-timeout)"
