@@ -100,7 +100,8 @@ def pretraining_loss(
     over this micro-batch: the loss of a training step (plain or the pipeline's last stage).
 
     mlm_logits: [n, vocab / tp] from BertForPretraining, rows aligned with mlm_targets [n]
-    (= labels[loss_mask], with negative targets on padding rows that count nowhere). The logits must not be used after this call (see _mlm_terms).
+    (= labels[loss_mask]; a negative target marks a padding row, which counts nowhere). The
+    logits must not be used after this call (see _mlm_terms).
     """
     mlm_logits, per_row, correct, real = _mlm_terms(mlm_logits, mlm_targets, tp_group)
     count = real.sum().clamp(min=1)

@@ -21,6 +21,7 @@ import torch
 ROW_MULTIPLE = 64
 """The selected rows are padded to a multiple of this (a few percent of the decoder's work)."""
 PADDING_TARGET = -100
+"""The padding rows' target: the ignore index of the labels (data/masking.py), never a token id."""
 
 
 def selected_rows(values: torch.Tensor, selection: torch.Tensor, *, seq_first: bool = False) -> torch.Tensor:

@@ -77,8 +77,8 @@ def read_on_host(batch: dict) -> tuple[dict, StepResult, bool]:
     `predicted_positions` are the flat (batch-major) indices of `loss_mask` and
     `predicted_labels` their targets, padded to a repeating row count (model/selection.py): the
     model selects rows by them, where boolean indexing on the device would first read back how
-    many rows there are. A batch already on the device (a benchmark's) is
-    read back here instead: correct, at the cost of those reads."""
+    many rows there are. A batch already on the device (a benchmark's) is read back here
+    instead: correct, at the cost of those reads."""
     attention, loss_mask, labels = (_host_array(batch[name]) for name in ("attention_mask", "loss_mask", "labels"))
     positions, targets = padded_selection(loss_mask, labels)
     counts = StepResult(samples=float(attention.shape[0]), tokens=float(attention.sum()), predicted_tokens=float(loss_mask.sum()))

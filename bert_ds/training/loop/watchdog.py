@@ -65,7 +65,8 @@ _STALL = {
     "checkpoint": "checkpoint write stalled",
 }
 _SLOW_KINDS = ("startup", "checkpoint")
-"""Phases rare, long and legitimately slow: the start-up limit until one was measured."""
+"""Rare, long and legitimately slow phases: the start-up limit (a checkpoint write's only until
+one write was measured)."""
 
 
 @dataclasses.dataclass(frozen=True)
