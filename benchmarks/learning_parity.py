@@ -7,14 +7,8 @@ their steps are timed (the loader is not). Every `--eval-interval` steps, and at
 scored on the same fixed held-out set (training/evaluation.py: the held-out Wikipedia articles,
 static masks and pairs) by the same function (model/loss.py evaluation_sums).
 
-  bert_ds: the real engine (training/job.py setup_engine: DeepSpeed, fused AdamW, our loss and
-           warm-up + linear decay schedule), stepped by training/loop/steps.py plain_step.
-  hf:      transformers.BertForPreTraining (SDPA attention) with its config from bert_ds's own
-           mapping (checkpoint/hf_export.py hf_config); BertForPreTraining's loss (MLM
-           cross-entropy over the masked positions + NSP cross-entropy); torch AdamW with the
-           Hugging Face Trainer's groups (no decay on biases and LayerNorm), the same betas, eps and
-           weight decay; transformers' get_linear_schedule_with_warmup; clipping at 1.0; bf16 as
-           `torch.autocast`.
+The two sides (benchmarks/parity_sides.py): bert_ds's real engine and transformers'
+BertForPreTraining with the Hugging Face Trainer's optimizer groups and schedule.
 
 Modes:
   strict: the same initial weights (HF's random initialisation, brought into bert_ds through the
@@ -31,11 +25,13 @@ Usage: python benchmarks/learning_parity.py [--modes strict recipe] [--presets m
        [--batch 32] [--seq-length 128] [--lr 3e-4] [--warmup-fraction 0.1] [--eval-interval 50]
        [--eval-samples 512] [--data SPEC ...] [--eval-data SPEC ...] [--tokenizer T]
        [--recipe-dropout 0.1] [--adam-beta2 0.999] [--until-accuracy 0.25]
-       [--output DIR] [--json PATH] [--summarize]
+       [--save-interval N] [--stop-at-step N] [--output DIR] [--json PATH] [--summarize]
 A real corpus: --data books=DIR/books@words wiki=DIR/wiki@words --eval-data ... --tokenizer
 bert-base-uncased. Both sides are post-LN (Hugging Face's BERT has no pre-LN variant).
 Writes OUTPUT/<mode>-<preset>-<precision>-seed<S>-<side>.jsonl (metrics files with train_seconds)
 and OUTPUT/<mode>-<preset>.png (`python -m bert_ds.plot --x seconds` of seed 0's runs).
+A pair of hours: --save-interval N (and --stop-at-step, SIGTERM, SIGINT) save both sides under
+OUTPUT/state-*; the same command goes on from there (benchmarks/parity_state.py).
 """
 
 from __future__ import annotations
@@ -51,95 +47,6 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-class BertDsSide:
-    name = "bert_ds"
-
-    def __init__(self, run, model_config, layout, initial_hf_state=None):
-        from bert_ds.checkpoint.hf_weights import hf_to_bert_ds
-        from bert_ds.training import job
-
-        self.model_config, self.layout = model_config, layout
-        self.engine, self.model, _ = job.setup_engine(run, self.model_config, self.layout)
-        if initial_hf_state is not None:
-            # Before the first step, at fp32 and ZeRO-0, the engine's parameters are the optimizer's.
-            self.model.load_state_dict(hf_to_bert_ds(initial_hf_state, self.model_config), strict=True)
-
-    def step(self, batch: dict) -> tuple[float, float, float]:
-        from bert_ds.training.loop.steps import StepResult, plain_step
-
-        lr = self.engine.get_lr()[0]
-        result = StepResult.from_tensor(plain_step(self.engine, iter([batch]), 1, self.layout).as_tensor())
-        return result.mlm_loss, result.nsp_loss, lr
-
-    def evaluate(self, eval_set) -> tuple[float, float, float]:
-        from bert_ds.training.evaluation import evaluate
-
-        result = evaluate(self.engine, self.model, eval_set, self.layout)
-        return result.mlm_accuracy, result.nsp_accuracy, result.mlm_loss
-
-
-class HuggingFaceSide:
-    name = "hf"
-
-    def __init__(self, run, model_config, layout, tokenizer, precision: str, seed: int):
-        import transformers
-
-        from bert_ds.checkpoint.hf_weights import hf_config
-
-        config = hf_config(model_config, "BertForPreTraining", tokenizer.pad_id, attn_implementation="sdpa")
-        torch.manual_seed(seed)
-        self.model = transformers.BertForPreTraining(config).to(layout.device).train()
-        self.layout, self.precision, self.vocab = layout, precision, config.vocab_size
-        settings = run.optim.settings()
-        # The Hugging Face Trainer's groups: no weight decay on biases and LayerNorm weights.
-        exempt = [p for n, p in self.model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
-        decay = [p for n, p in self.model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
-        groups = [{"params": decay, "weight_decay": settings.weight_decay}, {"params": exempt, "weight_decay": 0.0}]
-        self.optimizer = torch.optim.AdamW(groups, lr=settings.lr, betas=settings.betas, eps=settings.eps, foreach=True)
-        self.scheduler = transformers.get_linear_schedule_with_warmup(self.optimizer, settings.warmup_steps, settings.total_steps)
-
-    def initial_state(self) -> dict:
-        return {name: tensor.detach().clone() for name, tensor in self.model.state_dict().items()}
-
-    def step(self, batch: dict) -> tuple[float, float, float]:
-        from bert_ds.runtime.device import autocast
-
-        lr = self.scheduler.get_last_lr()[0]
-        with autocast(self.precision):
-            out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             token_type_ids=batch["token_type_ids"])
-        # BertForPreTraining's own loss: labels -100 outside the masked positions.
-        labels = batch["labels"].masked_fill(~batch["loss_mask"], -100)
-        mlm = F.cross_entropy(out.prediction_logits.float().view(-1, self.vocab), labels.view(-1), ignore_index=-100)
-        nsp = F.cross_entropy(out.seq_relationship_logits.float(), batch["next_sentence_label"])
-        (mlm + nsp).backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return mlm.item(), nsp.item(), lr
-
-    @torch.no_grad()
-    def evaluate(self, eval_set) -> tuple[float, float, float]:
-        from bert_ds.runtime.device import autocast
-        from bert_ds.model.loss import evaluation_sums
-        from bert_ds.runtime.device import to_device
-
-        self.model.eval()
-        total = 0
-        for batch in eval_set.batches:
-            batch = to_device(batch, self.layout.device)
-            mask = batch["loss_mask"]
-            with autocast(self.precision):
-                out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                 token_type_ids=batch["token_type_ids"])
-            total = total + evaluation_sums(out.prediction_logits[mask], batch["labels"][mask], out.seq_relationship_logits,
-                                            batch["next_sentence_label"], tp_group=self.layout.tp_group)
-        self.model.train()
-        mlm_loss, mlm_correct, mlm_count, _, nsp_correct, nsp_count = total.tolist()
-        return mlm_correct / mlm_count, nsp_correct / nsp_count, mlm_loss / mlm_count
 
 
 def run_config(args, preset: str, precision: str, seed: int, steps: int, dropout: float):
@@ -167,7 +74,11 @@ def timed(side, batch) -> tuple[tuple[float, float, float], float]:
 
 
 def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: int) -> dict:
-    """Both sides through `steps` lockstep steps; their per-step losses, times and evaluations."""
+    """Both sides through `steps` lockstep steps; their per-step losses, times and evaluations.
+    With --save-interval or --stop-at-step it saves and resumes (benchmarks/parity_state.py)."""
+    import parity_state
+    from parity_sides import BertDsSide, HuggingFaceSide
+
     from bert_ds.data.loader import PretrainingLoader
     from bert_ds.data.sources import parse_sources
     from bert_ds.runtime.distributed import teardown_parallel
@@ -187,34 +98,60 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
     ours = BertDsSide(run, model_config, layout, hf.initial_state() if strict else None)
     sides = [ours, hf]
     eval_set = build_eval_set(run, tokenizer, ours.layout, load_eval_examples(run, tokenizer)[0])
-    loader = iter(PretrainingLoader(parse_sources(run.data.sources), tokenizer, run.with_num_workers(0).data_config()))
-    records = {s.name: [] for s in sides}
-    seconds = {s.name: 0.0 for s in sides}
-    evals = {s.name: [] for s in sides}
-    tokens = 0
+    loader = PretrainingLoader(parse_sources(run.data.sources), tokenizer, run.with_num_workers(0).data_config())
+    root = parity_state.state_root(Path(args.output), mode, preset, precision, seed)
+    settings = parity_state.settings_of(args, steps)
+    progress = parity_state.resume(root, ours, hf, loader, settings, seed) or dict(
+        step=0, tokens=0, seconds={s.name: 0.0 for s in sides}, records={s.name: [] for s in sides},
+        evals={s.name: [] for s in sides})
+    # A pair that was saved once keeps saving when stopped, whatever this command's options.
+    saving = bool(args.save_interval or args.stop_at_step or progress["step"])
+    records, seconds, evals = progress["records"], progress["seconds"], progress["evals"]
+    if progress["step"]:
+        print(f"  {mode} {preset} {precision} seed {seed}: resumed from {root} at step {progress['step']}", flush=True)
+    if args.stop_at_step and progress["step"] >= args.stop_at_step:
+        teardown_parallel()
+        print(f"  {mode} {preset} {precision} seed {seed}: {root} is at step {progress['step']}, "
+              f"not before --stop-at-step {args.stop_at_step}: nothing to do", flush=True)
+        sys.exit(0)
+    stop = parity_state.StopSignal()
+    batches = iter(loader)
     began = time.perf_counter()
-    for step in range(steps):
-        batch = to_device(next(loader), layout.device)
+    for step in range(progress["step"], steps):
+        batch = to_device(next(batches), layout.device)
         batch_tokens = int(batch["attention_mask"].sum())
-        tokens += batch_tokens
+        progress["tokens"] += batch_tokens
         for side in sides if step % 2 == 0 else sides[::-1]:
             (mlm, nsp, lr), spent = timed(side, batch)
             seconds[side.name] += spent
-            records[side.name].append(dict(step=step + 1, consumed_tokens=tokens, train_seconds=seconds[side.name],
+            records[side.name].append(dict(step=step + 1, consumed_tokens=progress["tokens"], train_seconds=seconds[side.name],
                                            loss=mlm + nsp, mlm_loss=mlm, nsp_loss=nsp, lr=lr,
                                            tokens_per_s=batch_tokens / spent))
+        progress["step"] = step + 1
+        finished = False
         if (step + 1) % args.eval_interval == 0 or step + 1 == steps:
             for side in sides:
                 mlm_acc, nsp_acc, mlm_loss = side.evaluate(eval_set)
-                evals[side.name].append({"step": step + 1, "consumed_tokens": tokens, "train_seconds": seconds[side.name],
+                evals[side.name].append({"step": step + 1, "consumed_tokens": progress["tokens"], "train_seconds": seconds[side.name],
                                          "eval/mlm_accuracy": mlm_acc, "eval/nsp_accuracy": nsp_acc, "eval/mlm_loss": mlm_loss})
             print(f"  {mode} {preset} {precision} seed {seed}: step {step + 1}/{steps} | "
                   + " | ".join(f"{s.name} mlm_acc {evals[s.name][-1]['eval/mlm_accuracy']:.4f} "
                                f"({seconds[s.name]:.0f}s)" for s in sides)
                   + f" | {time.perf_counter() - began:.0f}s", flush=True)
-            if args.until_accuracy and all(evals[s.name][-1]["eval/mlm_accuracy"] >= args.until_accuracy for s in sides):
-                steps = step + 1  # both sides past the target: the run has shown what it is for
-                break
+            # Both sides past the target: the run has shown what it is for.
+            finished = bool(args.until_accuracy) and all(
+                evals[s.name][-1]["eval/mlm_accuracy"] >= args.until_accuracy for s in sides)
+        stopping = stop.received or step + 1 == args.stop_at_step
+        if saving and (stopping or (args.save_interval and (step + 1) % args.save_interval == 0)):
+            print(f"  saved {parity_state.save(root, ours, hf, loader, progress, settings)}", flush=True)
+        if stopping:
+            teardown_parallel()
+            print(f"  stopped at step {step + 1} ({'signal ' + str(stop.received) if stop.received else '--stop-at-step'}); "
+                  "the same command goes on from there", flush=True)
+            sys.exit(stop.exit_code())
+        if finished:
+            steps = step + 1
+            break
     teardown_parallel()
     return dict(mode=mode, preset=preset, precision=precision, seed=seed, steps=steps, records=records, evals=evals,
                 seconds=seconds)
@@ -395,6 +332,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--adam-beta2", type=float, default=0.999)
     parser.add_argument("--until-accuracy", type=float, default=None,
                         help="end a pair early once both sides reach this held-out MLM accuracy (at an evaluation)")
+    parser.add_argument("--save-interval", type=int, default=0,
+                        help="save both sides every N steps under OUTPUT/state-*; the same command resumes (0: never)")
+    parser.add_argument("--stop-at-step", type=int, default=0,
+                        help="save and stop once this step is done (a long pair in several sittings; 0: run to the end)")
     parser.add_argument("--output", default="runs/learning-parity")
     parser.add_argument("--json", help="write the summaries to this file")
     parser.add_argument("--summarize", action="store_true",

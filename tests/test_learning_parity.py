@@ -1,0 +1,67 @@
+"""benchmarks/learning_parity.py stops and goes on (benchmarks/parity_state.py): a pair stopped at
+step 4 and run again ends with the per-step losses and held-out scores of a pair that never
+stopped, on both sides (same batches, dropout masks, AdamW moments and schedules); a saved pair
+is refused, with the setting named, when the command's settings differ."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+COMMAND = [sys.executable, str(REPO / "benchmarks" / "learning_parity.py"), "--modes", "recipe", "--presets", "tiny",
+           "--seeds", "1", "--precisions", "fp32", "--recipe-steps", "6", "--batch", "4", "--eval-interval", "3",
+           "--eval-samples", "8", "--threads", "1"]
+
+
+def _run(shared_cache, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*COMMAND, *extra], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "BERT_DS_CACHE": shared_cache, "OMP_NUM_THREADS": "1"})
+
+
+def _curves(output) -> dict:
+    """Per side: every step's losses and every evaluation's scores (not the seconds, which vary)."""
+    kept = ("step", "mlm_loss", "nsp_loss", "lr", "eval/mlm_accuracy", "eval/nsp_accuracy", "eval/mlm_loss")
+    return {side: [{k: v for k, v in json.loads(line).items() if k in kept}
+                   for line in (output / f"recipe-tiny-fp32-seed0-{side}.jsonl").read_text().splitlines()]
+            for side in ("bert_ds", "hf")}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, shared_cache):
+    output = tmp_path_factory.mktemp("parity") / "whole"
+    done = _run(shared_cache, "--output", str(output))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return _curves(output)
+
+
+def test_a_pair_stopped_and_run_again_ends_like_one_that_never_stopped(uninterrupted, shared_cache, tmp_path):
+    output = tmp_path / "stopped"
+    first = _run(shared_cache, "--output", str(output), "--stop-at-step", "4")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert "stopped at step 4" in first.stdout and not (output / "recipe-tiny-fp32-seed0-hf.jsonl").exists()
+    second = _run(shared_cache, "--output", str(output))
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert f"resumed from {output / 'state-recipe-tiny-fp32-seed0'} at step 4" in second.stdout
+    resumed = _curves(output)
+    for side in ("bert_ds", "hf"):
+        assert [r["step"] for r in resumed[side] if "mlm_loss" in r] == list(range(1, 7))
+        assert resumed[side] == uninterrupted[side], side
+    # The losses moved over the six steps: equal curves are not equal constants.
+    assert len({r["mlm_loss"] for r in resumed["hf"] if "mlm_loss" in r}) == 6
+
+
+def test_a_saved_pair_refuses_other_settings(shared_cache, tmp_path):
+    output = tmp_path / "saved"
+    assert _run(shared_cache, "--output", str(output), "--stop-at-step", "2").returncode == 0
+    refused = _run(shared_cache, "--output", str(output), "--lr", "1e-3")
+    assert refused.returncode != 0
+    assert "was saved with lr = 0.0003, this run has 0.001" in refused.stderr, refused.stderr[-2000:]
+    assert "Traceback" not in refused.stderr
