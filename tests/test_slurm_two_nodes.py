@@ -148,9 +148,10 @@ def test_a_silent_partition_ends_the_job_by_the_watchdog_and_the_requeued_job_re
     saved = (out / "latest").read_text()
 
     # The requeued job (same id, restart 1) resumes from the latest complete checkpoint. It starts
-    # after Slurm's own hold (BeginTime = requeue + the credential lifetime, ~2 min), not earlier:
-    # the controller resends an RPC that timed out 60 s later, and a kill for step 0 of run 0 (node2's
-    # slurmd answered late, waiting on the partition) resent into run 1 would end run 1's step 0.
+    # after Slurm's own hold (BeginTime = requeue + the credential lifetime: 120 s by default, 90 s
+    # on this cluster), not earlier: the controller resends an RPC that timed out 60 s later, and a
+    # kill for step 0 of run 0 (node2's slurmd answered late, waiting on the partition) resent into
+    # run 1 would end run 1's step 0 (CI saw it when this test released the job at once).
     assert wait_until_ended(cluster.client, job, timeout=400) == "COMPLETED", (tmp_path / f"run-{job}.out").read_text()[-3000:]
     assert f"resumed from {out / saved}" in (out / "logs" / f"{job}-0.log").read_text()
     assert "Restarts=1" in cluster.client(["scontrol", "show", "job", job]).stdout

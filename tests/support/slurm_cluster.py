@@ -49,6 +49,9 @@ def slurm_conf(root: Path, controller: str, nodes: list[str], cpus: int) -> str:
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectType=select/cons_tres",
         "SlurmUser=root", "SlurmdUser=root", "MpiDefault=none", "ReturnToService=2",
         "SlurmdParameters=config_overrides", "KillWait=30",
+        # A requeued job waits this long before it starts again (default 120 s): kept above the
+        # controller's 60 s retry of a timed-out RPC (tests/test_slurm_two_nodes.py says why).
+        "AuthInfo=cred_expire=90",
         f"StateSaveLocation={root}/state", f"SlurmdSpoolDir={root}/spool/%n",
         f"SlurmctldPidFile={root}/slurmctld.pid", f"SlurmdPidFile={root}/slurmd-%n.pid",
         f"SlurmctldLogFile={root}/slurmctld.log", f"SlurmdLogFile={root}/slurmd-%n.log",
