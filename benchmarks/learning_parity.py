@@ -44,7 +44,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -114,7 +113,9 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
         print(f"  {mode} {preset} {precision} seed {seed}: {root} is at step {progress['step']}, "
               f"not before --stop-at-step {args.stop_at_step}: nothing to do", flush=True)
         sys.exit(0)
-    stop = parity_state.StopSignal()
+    from bert_ds.training.loop.trainer import StopRequest
+
+    stop = StopRequest(parity_state.EXIT_CODE_FOR_SIGNAL)
     batches = iter(loader)
     began = time.perf_counter()
     for step in range(progress["step"], steps):
@@ -141,12 +142,12 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
             # Both sides past the target: the run has shown what it is for.
             finished = bool(args.until_accuracy) and all(
                 evals[s.name][-1]["eval/mlm_accuracy"] >= args.until_accuracy for s in sides)
-        stopping = stop.received or step + 1 == args.stop_at_step
+        stopping = stop.signal or step + 1 == args.stop_at_step
         if saving and (stopping or (args.save_interval and (step + 1) % args.save_interval == 0)):
             print(f"  saved {parity_state.save(root, ours, hf, loader, progress, settings)}", flush=True)
         if stopping:
             teardown_parallel()
-            print(f"  stopped at step {step + 1} ({'signal ' + str(stop.received) if stop.received else '--stop-at-step'}); "
+            print(f"  stopped at step {step + 1} ({'signal ' + str(stop.signal) if stop.signal else '--stop-at-step'}); "
                   "the same command goes on from there", flush=True)
             sys.exit(stop.exit_code())
         if finished:

@@ -24,6 +24,7 @@ from typing import Optional
 # The options a pair's curves depend on: a resumed pair must have the ones it was saved with.
 SETTINGS = ("batch", "seq_length", "lr", "warmup_fraction", "recipe_dropout", "adam_beta2", "eval_interval",
             "eval_samples", "data", "eval_data", "tokenizer")
+# Signals that save and stop a pair at the next step boundary (bert_ds's StopRequest records them).
 EXIT_CODE_FOR_SIGNAL = {signal.SIGTERM: 143, signal.SIGINT: 130}
 
 
@@ -33,21 +34,6 @@ def state_root(output: Path, mode: str, preset: str, precision: str, seed: int) 
 
 def settings_of(args, steps: int) -> dict:
     return {"steps": steps, **{name: getattr(args, name) for name in SETTINGS}}
-
-
-class StopSignal:
-    """Remembers SIGTERM/SIGINT so that the pair stops at the next step boundary, after saving."""
-
-    def __init__(self):
-        self.received = 0
-        for number in EXIT_CODE_FOR_SIGNAL:
-            signal.signal(number, self._note)
-
-    def _note(self, number, _frame) -> None:
-        self.received = number
-
-    def exit_code(self) -> int:
-        return EXIT_CODE_FOR_SIGNAL.get(self.received, 0)
 
 
 def save(root: Path, ours, hf, loader, progress: dict, settings: dict) -> Path:

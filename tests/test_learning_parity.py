@@ -9,10 +9,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-
-from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 

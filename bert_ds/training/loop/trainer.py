@@ -46,15 +46,21 @@ EXIT_CODE_FOR_SIGNAL = {signal.SIGUSR1: 99, signal.SIGTERM: 143}
 
 
 class StopRequest:
-    """Remembers SIGUSR1/SIGTERM; ranks agree on it at a step boundary (see `agreed`)."""
+    """Remembers the first of the signals in `exit_codes` (SIGUSR1/SIGTERM for pre-training); ranks
+    agree on it at a step boundary (see `agreed`)."""
 
-    def __init__(self):
+    def __init__(self, exit_codes: dict = EXIT_CODE_FOR_SIGNAL):
         self.signal = 0
-        for number in EXIT_CODE_FOR_SIGNAL:
+        self.exit_codes = exit_codes
+        for number in exit_codes:
             signal.signal(number, self._record)
 
     def _record(self, number, _frame):
         self.signal = self.signal or number
+
+    def exit_code(self) -> int:
+        """The exit code of the signal received (0: none)."""
+        return self.exit_codes.get(self.signal, 0)
 
     def agreed(self, layout, loss, skipped: bool) -> tuple[int, bool, bool]:
         """Collective: (the signal any rank received, whether any rank's loss was not finite,
