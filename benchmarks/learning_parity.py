@@ -42,6 +42,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -116,6 +117,11 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
     from bert_ds.training.loop.trainer import StopRequest
 
     stop = StopRequest(parity_state.EXIT_CODE_FOR_SIGNAL)
+    if reached(evals, sides, args.until_accuracy, progress["step"]):
+        # A pair saved where it ended: the same command again summarises it without recomputing.
+        print(f"  {mode} {preset} {precision} seed {seed}: ended at step {progress['step']} (both sides at "
+              f"{args.until_accuracy:.0%} or more held out)", flush=True)
+        steps = progress["step"]
     batches = iter(loader)
     began = time.perf_counter()
     for step in range(progress["step"], steps):
@@ -140,10 +146,9 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
                                f"({seconds[s.name]:.0f}s)" for s in sides)
                   + f" | {time.perf_counter() - began:.0f}s", flush=True)
             # Both sides past the target: the run has shown what it is for.
-            finished = bool(args.until_accuracy) and all(
-                evals[s.name][-1]["eval/mlm_accuracy"] >= args.until_accuracy for s in sides)
+            finished = reached(evals, sides, args.until_accuracy, step + 1)
         stopping = stop.signal or step + 1 == args.stop_at_step
-        if saving and (stopping or (args.save_interval and (step + 1) % args.save_interval == 0)):
+        if saving and (stopping or finished or (args.save_interval and (step + 1) % args.save_interval == 0)):
             print(f"  saved {parity_state.save(root, ours, hf, loader, progress, settings)}", flush=True)
         if stopping:
             teardown_parallel()
@@ -156,6 +161,12 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
     teardown_parallel()
     return dict(mode=mode, preset=preset, precision=precision, seed=seed, steps=steps, records=records, evals=evals,
                 seconds=seconds)
+
+
+def reached(evals: dict, sides, target: Optional[float], step: int) -> bool:
+    """Whether both sides' evaluation at `step` reached the --until-accuracy target."""
+    return target is not None and all(evals[s.name] and evals[s.name][-1]["step"] == step
+                                and evals[s.name][-1]["eval/mlm_accuracy"] >= target for s in sides)
 
 
 def time_to(evals: list[dict], target: float):
@@ -332,7 +343,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--recipe-dropout", type=float, default=0.1, help="dropout of recipe mode (the paper's 0.1)")
     parser.add_argument("--adam-beta2", type=float, default=0.999)
     parser.add_argument("--until-accuracy", type=float, default=None,
-                        help="end a pair early once both sides reach this held-out MLM accuracy (at an evaluation)")
+                        help="end a pair early once both sides reach this held-out MLM accuracy (at an evaluation; "
+                             "0 ends it at the first); it is saved there when saving")
     parser.add_argument("--save-interval", type=int, default=0,
                         help="save both sides every N steps under OUTPUT/state-*; the same command resumes (0: never)")
     parser.add_argument("--stop-at-step", type=int, default=0,

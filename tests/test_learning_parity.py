@@ -64,3 +64,17 @@ def test_a_saved_pair_refuses_other_settings(shared_cache, tmp_path):
     assert refused.returncode != 0
     assert "was saved with lr = 0.0003, this run has 0.001" in refused.stderr, refused.stderr[-2000:]
     assert "Traceback" not in refused.stderr
+
+
+def test_a_pair_that_ended_is_saved_where_it_ended_and_not_trained_again(shared_cache, tmp_path):
+    output = tmp_path / "ended"
+    # A target of 0 ends this pair at its first evaluation (step 3 of 6).
+    first = _run(shared_cache, "--output", str(output), "--save-interval", "100", "--until-accuracy", "0")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert f"saved {output / 'state-recipe-tiny-fp32-seed0' / 'step00000003'}" in first.stdout, first.stdout[-2000:]
+    curves = _curves(output)
+    assert [r["step"] for r in curves["hf"] if "mlm_loss" in r] == [1, 2, 3]
+    again = _run(shared_cache, "--output", str(output), "--save-interval", "100", "--until-accuracy", "0")
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "ended at step 3" in again.stdout and "saved" not in again.stdout, again.stdout[-2000:]
+    assert _curves(output) == curves
