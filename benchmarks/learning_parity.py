@@ -213,7 +213,26 @@ def mean_curve(pairs: list[dict], side: str) -> list[dict]:
             for points in zip(*curves)]
 
 
-def recipe_summary(pairs: list[dict]) -> dict:
+def loss_windows(pair: dict) -> list[dict]:
+    """Between consecutive evaluations: each side's mean training MLM and NSP loss over those steps
+    and its held-out accuracy at the end of them (the per-step curves of a long pair in a table)."""
+    rows, start = [], 0
+    for at, point in enumerate(pair["evals"]["hf"]):
+        row = {"steps": f"{start + 1}-{point['step']}", "consumed_tokens": point["consumed_tokens"]}
+        for side in ("bert_ds", "hf"):
+            window = [r for r in pair["records"][side] if start < r["step"] <= point["step"]]
+            row[side] = dict(mlm_loss=statistics.mean(r["mlm_loss"] for r in window),
+                             nsp_loss=statistics.mean(r["nsp_loss"] for r in window),
+                             mlm_accuracy=pair["evals"][side][at]["eval/mlm_accuracy"],
+                             nsp_accuracy=pair["evals"][side][at]["eval/nsp_accuracy"])
+        rows.append(row)
+        start = point["step"]
+    return rows
+
+
+def recipe_summary(pairs: list[dict], until: Optional[float] = None) -> dict:
+    """Final accuracies, speeds and the time each side takes to HF's final accuracy; with `until`
+    (--until-accuracy) also the time to that accuracy, which both sides of an ended pair reached."""
     final = {side: [p["evals"][side][-1] for p in pairs] for side in ("bert_ds", "hf")}
     ratios, times = [], {"bert_ds": [], "hf": []}
     for pair in pairs:
@@ -229,7 +248,13 @@ def recipe_summary(pairs: list[dict]) -> dict:
     means = {side: mean_curve(pairs, side) for side in ("bert_ds", "hf")}
     target = means["hf"][-1]["eval/mlm_accuracy"]
     mean_reached = {side: time_to(means[side], target) for side in means}
-    return dict(
+    to_target = {}
+    if until is not None:
+        seconds = {side: time_to(means[side], until) for side in means}
+        to_target = dict(target_accuracy=until, seed_mean_curve_seconds_to_target=seconds,
+                         seed_mean_curve_target_ratio=(seconds["bert_ds"] / seconds["hf"]
+                                                       if None not in seconds.values() else None))
+    return dict(**to_target, loss_windows=[loss_windows(p) for p in pairs],
         preset=pairs[0]["preset"], precision=pairs[0]["precision"], steps=pairs[0]["steps"], seeds=[p["seed"] for p in pairs],
         mlm_accuracy={s: _mean_std([f["eval/mlm_accuracy"] for f in final[s]]) for s in final},
         nsp_accuracy={s: _mean_std([f["eval/nsp_accuracy"] for f in final[s]]) for s in final},
@@ -304,6 +329,21 @@ def print_tables(results: dict) -> None:
               f"{row['accuracy_gap_points']:+.2f} | {n['bert_ds']['mean']:.3f} | {n['hf']['mean']:.3f} | "
               f"{s['bert_ds']['mean']:.2f} | {s['hf']['mean']:.2f} | "
               f"{'never' if ratio is None else f'{ratio:.2f}'} | {ratios} |")
+    for row in results["recipe"]:
+        if "target_accuracy" in row:
+            seconds, ratio = row["seed_mean_curve_seconds_to_target"], row["seed_mean_curve_target_ratio"]
+            print(f"{row['preset']} {row['precision']}: time to {row['target_accuracy']:.0%} held out (seed-mean curves): "
+                  + ", ".join(f"{side} {'never' if t is None else f'{t:.0f} s'}" for side, t in seconds.items())
+                  + ("" if ratio is None else f", bert_ds / HF {ratio:.2f}"))
+        if row["steps"] >= 1000:  # a long pair: its curves as a table, window by window
+            print(f"{row['preset']} {row['precision']} seed {row['seeds'][0]}: mean training loss (MLM / NSP) and "
+                  "held-out MLM accuracy per evaluation window")
+            print("| steps | tokens | bert_ds MLM / NSP loss | HF MLM / NSP loss | held-out MLM bert_ds | HF |")
+            print("|---|---|---|---|---|---|")
+            for w in row["loss_windows"][0]:
+                b, h = w["bert_ds"], w["hf"]
+                print(f"| {w['steps']} | {w['consumed_tokens'] / 1e6:.1f}M | {b['mlm_loss']:.3f} / {b['nsp_loss']:.3f} | "
+                      f"{h['mlm_loss']:.3f} / {h['nsp_loss']:.3f} | {b['mlm_accuracy']:.2%} | {h['mlm_accuracy']:.2%} |")
 
 
 def read_pairs(output: Path, mode: str, preset: str) -> list[dict]:
@@ -366,7 +406,7 @@ def main(argv=None) -> dict:
                 for precision in args.precisions:
                     chosen = [p for p in pairs if p["precision"] == precision]
                     if chosen:
-                        results["recipe"].append(recipe_summary(chosen))
+                        results["recipe"].append(recipe_summary(chosen, args.until_accuracy))
         print_tables(results)
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
@@ -389,7 +429,7 @@ def main(argv=None) -> dict:
             everything = []
             for precision in args.precisions:
                 pairs = [train_pair(args, tokenizer, "recipe", preset, precision, seed) for seed in range(args.seeds)]
-                results["recipe"].append(recipe_summary(pairs))
+                results["recipe"].append(recipe_summary(pairs, args.until_accuracy))
                 everything += pairs
             results["recipe_curves"] = str(write_curves(everything, output, f"recipe-{preset}"))
             results["recipe_mean_curves"] = str(plot_mean_curves(everything, output / f"recipe-{preset}-mean.png"))
