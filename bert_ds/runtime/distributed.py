@@ -200,9 +200,13 @@ def init_parallel(
     import deepspeed
 
     from bert_ds.runtime.prebuild_ops import clear_stale_op_locks
+    from bert_ds.runtime.shm_buffers import release_allreduce_buffer
 
     clear_stale_op_locks()  # a killed job's lock would hang the op load below
     deepspeed.init_distributed(dist_backend=backend())  # DeepSpeed's comm layer adopts the process group
+    if world > 1 and device().type == "cpu":
+        dist.barrier()  # every rank has mapped its peers' all-reduce buffers by name
+        release_allreduce_buffer(rank)
     return ParallelLayout(
         world_size=world,
         rank=rank,
