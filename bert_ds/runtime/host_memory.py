@@ -4,14 +4,15 @@ returned to the OS where it partitions.
 glibc serves every buffer above 32 MB with a fresh mmap, unmaps it on free and trims its heap, so
 a CPU step that allocates and frees the same big buffers every time (the embedding gradient, the
 decoder's weight gradient, activations) pays first-touch page faults on them at every step.
-Serving everything from a never-trimmed heap makes later steps reuse earlier steps' pages, at the
-price of keeping the peak footprint: so it starts only once the model and engine are built, and
-only where ZeRO saves no memory (`tune_malloc_for_training`). Where ZeRO partitions over several
-ranks, memory is the point, and buffers from 1 MiB up are returned to the OS on free
-(`tune_malloc_for_partitioning`). `BERT_DS_MALLOC_DEFAULTS=1` keeps malloc's own behaviour; GPU
-runs keep it too (their big buffers live in the caching device allocator). This is what
-preloading jemalloc or tcmalloc buys, without a library or an environment set before the start.
-The effect on step time and peak memory is in docs/benchmarks.md (host memory).
+Serving everything from a heap that is not trimmed makes later steps reuse earlier steps' pages,
+at the price of keeping the peak footprint (up to 2 GiB free at the heap's top: `_TRIM_ABOVE`):
+so it starts only once the model and engine are built, and only where ZeRO saves no memory
+(`tune_malloc_for_training`). Where ZeRO partitions over several ranks, memory is the point, and
+buffers from 1 MiB up are returned to the OS on free (`tune_malloc_for_partitioning`).
+`BERT_DS_MALLOC_DEFAULTS=1` keeps malloc's own behaviour; GPU runs keep it too (their big buffers
+live in the caching device allocator). This is what preloading jemalloc or tcmalloc buys, without
+a library or an environment set before the start. The effect on step time and peak memory is in
+docs/benchmarks.md (host memory).
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ import os
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_MMAP_MAX = -4
-_NEVER_TRIM = 2**31 - 1  # the largest value mallopt's int accepts
+_TRIM_ABOVE = 2**31 - 1
+# The largest trim threshold short of -1 ("never trim"): glibc still returns the heap's top once
+# more than 2 GiB is free there, so buffers above 2 GiB (Hugging Face's full-vocabulary logits at
+# batch 128) are faulted in again at every step. Never trimming is worse: a 2.5 GiB tensor made
+# and freed in a loop under -1 grew the heap at each of the first four rounds, to 12 GB.
 
 
 # Buffers from this size up get their own mapping once memory is returned to the OS (see below).
@@ -50,7 +55,7 @@ def keep_freed_memory_mapped() -> bool:
     """
     libc = _glibc()
     # mallopt returns 1 on success.
-    return libc is not None and bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM))
+    return libc is not None and bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_ABOVE))
 
 
 def return_freed_memory() -> bool:
