@@ -28,12 +28,8 @@ def allreduce_buffer(rank: int, environ: Mapping[str, str] = os.environ) -> Path
     return SHM_FOLDER / f"{PREFIX}_{os.getuid()}_{address}_{port}_{rank}"
 
 
-def release_allreduce_buffer(rank: int) -> bool:
-    """Unlink this rank's buffer name; call only after a barrier that follows `init_distributed`
-    on every rank (a peer still looking for the name would wait for it forever). Returns whether
-    there was one (there is none on GPUs, or with ranks on several hosts)."""
-    try:
-        allreduce_buffer(rank).unlink()
-    except FileNotFoundError:
-        return False
-    return True
+def release_allreduce_buffer(rank: int) -> None:
+    """Unlink this rank's buffer name, if there is one (none on GPUs, or with ranks on several
+    hosts); call only after a barrier that follows `init_distributed` on every rank (a peer still
+    looking for the name would wait for it forever)."""
+    allreduce_buffer(rank).unlink(missing_ok=True)
