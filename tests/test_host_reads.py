@@ -2,45 +2,27 @@
 batches it accumulates: on a GPU every such read (`.item()`, `float(t)`, boolean indexing,
 `.tolist()`, `.cpu()`) stalls the host until the device has drained its queue.
 
-Counted on CPU with real processes: a dispatch mode sees every operator whose result size or
-value the host must wait for, and `Tensor.tolist`/`Tensor.cpu` (which bypass the dispatcher) are
-wrapped. Reads of the loader's host copy go through numpy and are not device reads.
+Counted on CPU with real processes (tests/support/host_reads.py), `Tensor.tolist`/`Tensor.cpu`
+(which bypass the dispatcher) wrapped; the pipeline's last stage is checked in test_pipeline.py.
+Reads of the loader's host copy go through numpy and are not device reads.
 """
 
 import json
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from bert_ds.training.config.args import parse_args
 from tests.support.helpers import run_on_ranks, synthetic_batch
+from tests.support.host_reads import HostReads
 
 VOCAB = 128
 MICRO = 4
-# Operators that make the host wait for a device value.
 # The flags every rank agrees on (signal, non-finite loss, skipped update: one .tolist()) and the
 # optimizer's gradient norm, read once to clip and to detect overflow (training/engine/optim.py,
 # master_weights.py). Dropout is off: CPU dropout draws its mask seed on the host (model/dropout.py),
 # a CPU-only path (GPUs use torch's kernel).
 MAX_READS_PER_STEP = 2
-READS = {"aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "aten.is_nonzero", "aten.equal", "aten.unique_consecutive",
-         "aten._unique2"}
-
-
-class HostReads(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func.overloadpacket)
-        bool_index = name == "aten.index" and any(
-            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ()) if i is not None
-        )
-        if name in READS or bool_index:
-            self.names.append(name + ("[bool]" if bool_index else ""))
-        return func(*args, **(kwargs or {}))
 
 
 def _worker(rank, out_file, accumulation, steps, precision):

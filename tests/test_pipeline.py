@@ -13,10 +13,15 @@ from bert_ds.model import build_model
 from bert_ds.model.loss import pretraining_loss
 from bert_ds.model.sharding import gather_full_tensors
 from bert_ds.model.pipeline import full_to_pipeline_state_dict, pipeline_to_full_names
+from bert_ds.model.selection import PADDING_TARGET, ROW_MULTIPLE
 from bert_ds.training.engine.pipeline_loss import PretrainingLossFn, last_stage_metrics, pipeline_batch
+from bert_ds.training.loop.steps import read_on_host
 from tests.support.helpers import run_on_ranks, synthetic_batch
+from tests.support.host_reads import HostReads
 
 VOCAB, MICRO_BATCH = 128, 3
+# How a stage would learn the number of predicted rows from the device (a GPU stall per micro-batch).
+ROW_SELECTION_READS = {"aten.index[bool]", "aten.nonzero", "aten.masked_select"}
 
 
 class Case(NamedTuple):
@@ -88,13 +93,16 @@ def _pipeline_run(config, batches, case, full):
             "steps_per_print": 10**9,
         },
     )
-    loss = engine.train_batch(iter([pipeline_batch(batch) for batch in batches]))
+    fed = [pipeline_batch(read_on_host(batch)[0]) for batch in batches]
+    with HostReads() as reads:
+        loss = engine.train_batch(iter(fed))
     applied = {name: before[name] - p.detach() for name, p in pipe.named_parameters()}  # TP slices
     names = pipeline_to_full_names(pipe)
     full_grads = gather_full_tensors(pipe, applied, layout.tp_group)
     return dict(
         loss=loss.item(),
         metrics=last_stage_metrics(pipe),
+        row_selection_reads=[name for name in reads.names if name in ROW_SELECTION_READS],
         grads={names[name]: grad for name, grad in full_grads.items()},
     )
 
@@ -134,6 +142,14 @@ def test_pp2_loss_equals_pp1(pipe_results, scenario, rank):
     """train_batch returns the mean micro-batch loss, broadcast to both stages."""
     result = pipe_results[rank][scenario]
     assert result["pipe"]["loss"] == pytest.approx(result["ref_losses"]["loss"], abs=1e-5)
+
+
+@pytest.mark.parametrize("scenario", CASES)
+@pytest.mark.parametrize("rank", [0, 1])
+def test_no_stage_reads_the_predicted_rows_from_the_device(pipe_results, scenario, rank):
+    """The last stage selects the predicted rows by positions read on the host (they come with the
+    labels), as a plain step does: no boolean indexing or nonzero inside train_batch."""
+    assert pipe_results[rank][scenario]["pipe"]["row_selection_reads"] == []
 
 
 @pytest.mark.parametrize("scenario", PP2_CASES)
@@ -185,9 +201,17 @@ def test_stages_split_the_weights_and_share_only_the_tied_one(pipe_results, scen
 
 def test_pipeline_batch_splits_inputs_and_labels():
     batch = synthetic_batch(VOCAB, batch=2, seq=8)
-    inputs, labels = pipeline_batch(batch)
-    assert [t.dtype for t in inputs] == [torch.long] * 4  # masks as integers: no gradient crosses
-    assert torch.equal(inputs[3].bool(), batch["loss_mask"])
-    assert labels[0] is batch["labels"] and labels[1] is batch["next_sentence_label"]
+    inputs, labels = pipeline_batch(read_on_host(batch)[0])
+    assert [t.dtype for t in inputs] == [torch.long] * 3  # the mask as an integer: no gradient crosses
+    assert torch.equal(inputs[2].bool(), batch["attention_mask"].bool())
+    # The predicted positions travel with the labels, padded to a repeating row count: the stages
+    # exchange fixed shapes, and the last stage selects rows without reading the device.
+    positions, targets = labels[0], labels[1]
+    real = int(batch["loss_mask"].sum())
+    assert positions.numel() % ROW_MULTIPLE == 0 and positions.numel() >= real
+    assert torch.equal(positions[:real], batch["loss_mask"].flatten().nonzero().squeeze(1))
+    assert torch.equal(targets[:real], batch["labels"][batch["loss_mask"]])
+    assert bool((targets[real:] == PADDING_TARGET).all())
+    assert labels[2] is batch["next_sentence_label"]
     del batch["next_sentence_label"]
-    assert len(pipeline_batch(batch)[1]) == 1
+    assert len(pipeline_batch(read_on_host(batch)[0])[1]) == 2

@@ -6,7 +6,8 @@ Layer list (DeepSpeed runs it like nn.Sequential, one tuple from layer to layer)
     BertEncoderLayerPipe x num_layers                       post-LN or pre-LN layer  (split evenly)
     BertFinalLayerNormPipe                                  pre-LN only              (last stage)
     TiedLayerSpec("word_embeddings", TiedWordEmbedding)     appends the tied weight  (last stage)
-    BertPretrainingHeadsPipe                                BertLMHead, BertPooler, NSP Linear
+    BertPretrainingHeadsPipe                                BertPooler, NSP Linear; the MLM decoder for
+                                                            the loss function (its rows come with the labels)
 
 Every parameter lives in a module class of bert.py (or megatron's layer spec), so weights move between
 BertForPretraining and the stages by name: `full_to_pipeline_state_dict` / `pipeline_to_full_names`.
@@ -19,6 +20,7 @@ would cut the model a second time. DeepSpeed does the cut; megatron builds one l
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -44,19 +46,22 @@ from bert_ds.model.sharding import shard_full_state_dict
 TIED_KEY = "word_embeddings"
 _TIED_ATTR = "word_embeddings.weight"  # the same attribute path in BertEmbeddings and TiedWordEmbedding
 
-# Activations between stages: (hidden [s, b, h] float, attention_mask [b, s] int64, loss_mask [b, s] int64).
+# Activations between stages: (hidden [s, b, h] float, attention_mask [b, s] int64).
 # Why: DeepSpeed's pipe engine sends every tensor of the tuple (shape and dtype go first in a metadata
-# message), marks each received *floating* tensor requires_grad and sends back a gradient for every
-# floating input (asserting it has one); non-floating tensors cross without one. So the masks must be
-# integers: a float mask has no gradient and trips that assert. Bool passes gloo, but the engine's
+# message, once: later micro-batches must keep the shapes), marks each received *floating* tensor
+# requires_grad and sends back a gradient for every floating input (asserting it has one);
+# non-floating tensors cross without one. So the mask must be an integer: a float mask has no
+# gradient and trips that assert. Bool passes gloo, but the engine's
 # bool workaround (`has_bool_tensors`, cast to half) covers only the last tuple entry and is not
 # reachable through deepspeed.initialize; int64 crosses gloo and nccl alike. The [b, s] padding mask
 # is sent rather than the [b, 1, s, s] masked-out matrix (s times smaller); each layer rebuilds the
 # matrix, O(b s^2) boolean work next to attention's O(b s^2 h).
+# The predicted positions do not cross at all: their number changes with every batch. They reach the
+# last stage with its labels (training/engine/pipeline_loss.py), read on the host like a plain step's.
 
 
 class BertEmbeddingsPipe(BertEmbeddings):
-    """Stage 0 entry: (input_ids, token_type_ids, attention_mask, loss_mask) -> activation tuple.
+    """Stage 0 entry: (input_ids, token_type_ids, attention_mask) -> activation tuple.
 
     The tied modules run as layers themselves (no TiedLayerSpec forward_fn): DeepSpeed saves and
     loads only layers that are modules, so a forward_fn would leave the tied weights out of every
@@ -64,11 +69,11 @@ class BertEmbeddingsPipe(BertEmbeddings):
     """
 
     def forward(self, inputs: tuple) -> tuple:
-        if len(inputs) == 3:
+        if len(inputs) == 2:
             # A one-stage pipeline reuses this module at the tied head position: act as TiedWordEmbedding.
             return (*inputs, self.word_embeddings.weight)
-        input_ids, token_type_ids, attention_mask, loss_mask = inputs
-        return super().forward(input_ids, token_type_ids), attention_mask, loss_mask  # hidden: [s, b, h]
+        input_ids, token_type_ids, attention_mask = inputs
+        return super().forward(input_ids, token_type_ids), attention_mask  # hidden: [s, b, h]
 
 
 class TiedWordEmbedding(torch.nn.Module):
@@ -99,10 +104,10 @@ class BertEncoderLayerPipe(torch.nn.Module):
         self.full_prefix = {"layer": f"bert.encoder.layers.{index}"}
 
     def forward(self, inputs: tuple) -> tuple:
-        hidden, attention_mask, loss_mask = inputs  # [s, b, h], [b, s], [b, s]
+        hidden, attention_mask = inputs  # [s, b, h], [b, s]
         masked_out = attention_mask_to_masked_out(attention_mask, self.causal)  # [b, 1, s, s], True = hidden
         hidden, _ = self.layer(hidden, attention_mask=masked_out)
-        return hidden.contiguous(), attention_mask, loss_mask  # p2p send needs contiguous memory
+        return hidden.contiguous(), attention_mask  # p2p send needs contiguous memory
 
 
 class BertFinalLayerNormPipe(torch.nn.Module):
@@ -117,15 +122,18 @@ class BertFinalLayerNormPipe(torch.nn.Module):
         )
 
     def forward(self, inputs: tuple) -> tuple:
-        hidden, attention_mask, loss_mask = inputs
-        return self.final_layernorm(hidden), attention_mask, loss_mask
+        hidden, attention_mask = inputs
+        return self.final_layernorm(hidden), attention_mask
 
 
 class BertPretrainingHeadsPipe(torch.nn.Module):
-    """BertLMHead on the loss_mask positions (+ BertPooler and the NSP Linear), as BertForPretraining.
+    """BertLMHead (+ BertPooler and the NSP Linear), as BertForPretraining.
 
-    Returns (mlm_logits [n_selected, vocab / tp], nsp_logits [b, 2] or None, loss_mask [b, s] bool);
-    this tuple only reaches loss_fn on the same rank, so None and Python values are fine here.
+    Returns (hidden [s, b, h], nsp_logits [b, 2] or None, decode): `decode(rows [n, h])` is the
+    MLM head on the tied weight -> [n, vocab / tp]. The loss function applies it to the predicted
+    positions, which arrive with the labels (read on the host: no device read, and a row count
+    padded to a repeating size as in a plain step, model/selection.py). This tuple only reaches
+    loss_fn on the same rank, so None and Python values are fine here.
     """
 
     full_prefix = {"lm_head": "lm_head", "pooler": "bert.pooler", "nsp_head": "nsp_head"}
@@ -138,14 +146,11 @@ class BertPretrainingHeadsPipe(torch.nn.Module):
         self.nsp_head = _normal_linear(config.hidden_size, 2, config.init_method_std) if with_nsp else None
 
     def forward(self, inputs: tuple) -> tuple:
-        hidden, attention_mask, loss_mask, word_embeddings = inputs  # [s, b, h], [b, s], [b, s], [vocab / tp, h]
-        loss_mask = loss_mask.bool()
-        selected = hidden.transpose(0, 1)[loss_mask]  # [n_selected, h], batch-major as labels[loss_mask]
-        mlm_logits = self.lm_head(selected, word_embeddings)
+        hidden, attention_mask, word_embeddings = inputs  # [s, b, h], [b, s], [vocab / tp, h]
         nsp_logits = None
         if self.nsp_head is not None:
             nsp_logits = self.nsp_head(self.pooler(hidden, pooled_positions(attention_mask, self.causal)))
-        return mlm_logits, nsp_logits, loss_mask
+        return hidden, nsp_logits, functools.partial(self.lm_head, word_embeddings=word_embeddings)
 
 
 class BertPipelineModule(PipelineModule):

@@ -216,6 +216,7 @@ def _plain_sums(engine, eval_set: EvalSet, layout):
 def _pipeline_sums(engine, model, eval_set: EvalSet, layout):
     from bert_ds.training.engine.pipeline_loss import pipeline_batch
     from bert_ds.runtime.device import to_device
+    from bert_ds.training.loop.steps import read_on_host
     from bert_ds.training.loop.watchdog import watching
 
     watchdog = watching()
@@ -223,7 +224,7 @@ def _pipeline_sums(engine, model, eval_set: EvalSet, layout):
     def feed():
         for batch in eval_set.batches:
             watchdog.beat()
-            yield pipeline_batch(to_device(batch, layout.device))
+            yield pipeline_batch(to_device(read_on_host(batch)[0], layout.device))
 
     needs_data = engine.is_first_stage() or engine.is_last_stage()
     # eval_batch switches the module to eval mode (dropout off; the loss records sums) and the

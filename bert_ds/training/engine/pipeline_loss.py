@@ -9,6 +9,7 @@ from typing import Optional
 import torch
 
 from bert_ds.model.loss import PretrainingLoss, evaluation_sums, pretraining_loss
+from bert_ds.model.selection import selected_rows
 
 _METRIC_FIELDS = ("loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy")
 
@@ -58,25 +59,30 @@ class PretrainingLossFn:
         self.metrics.evaluating = not training
 
     def __call__(self, outputs: tuple, labels: tuple) -> torch.Tensor:
-        mlm_logits, nsp_logits, loss_mask = outputs
-        next_sentence_label = labels[1] if len(labels) > 1 else None
+        hidden, nsp_logits, decode = outputs  # model/pipeline.py BertPretrainingHeadsPipe
+        positions, targets = labels[0], labels[1]
+        next_sentence_label = labels[2] if len(labels) > 2 else None
+        mlm_logits = decode(selected_rows(hidden, positions, seq_first=True))  # [n_padded, vocab / tp]
         if self.metrics.evaluating:
-            sums = evaluation_sums(mlm_logits, labels[0][loss_mask], nsp_logits, next_sentence_label, tp_group=self.tp_group)
+            sums = evaluation_sums(mlm_logits, targets, nsp_logits, next_sentence_label, tp_group=self.tp_group)
             self.metrics.eval_sums = sums if self.metrics.eval_sums is None else self.metrics.eval_sums + sums
             return (sums[0] / sums[2].clamp(min=1)).float()  # eval_batch averages it; training/evaluation.py reads the sums
-        losses = pretraining_loss(mlm_logits, labels[0][loss_mask], nsp_logits, next_sentence_label, tp_group=self.tp_group)
+        losses = pretraining_loss(mlm_logits, targets, nsp_logits, next_sentence_label, tp_group=self.tp_group)
         self.metrics.add(losses)
         return losses.loss
 
 
 def pipeline_batch(batch: dict) -> tuple[tuple, tuple]:
-    """Loader batch dict -> (stage-0 inputs, last-stage labels), one item of train_batch's iterator.
+    """Loader batch dict, with the predicted positions read on the host (training/loop/steps.py
+    read_on_host), -> (stage-0 inputs, last-stage labels), one item of train_batch's iterator.
 
-    inputs: (input_ids, token_type_ids, attention_mask, loss_mask as int64), all [b, s];
-    labels: (labels [b, s], next_sentence_label [b]) or (labels,) without NSP.
+    inputs: (input_ids, token_type_ids, attention_mask as int64), all [b, s];
+    labels: (predicted_positions [n], predicted_labels [n], next_sentence_label [b]), the last
+    left out without NSP. The positions go with the labels, not between the stages: DeepSpeed's
+    stages exchange fixed shapes, and their number changes with every batch.
     """
-    inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"].long(), batch["loss_mask"].long())
-    labels = (batch["labels"],)
+    inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"].long())
+    labels = (batch["predicted_positions"], batch["predicted_labels"])
     if batch.get("next_sentence_label") is not None:
         labels += (batch["next_sentence_label"],)
     return inputs, labels

@@ -144,9 +144,9 @@ def pipeline_step(engine, batches: Iterator[dict], accumulation: int, device: to
         for _ in range(accumulation):
             with _reading_data(watchdog, times):
                 batch = next(batches)
-            _, counts, _ = read_on_host(batch)
+            host, counts, _ = read_on_host(batch)
             counted.add(counts)
-            yield pipeline_batch(to_device(batch, device))
+            yield pipeline_batch(to_device(host, device))
 
     needs_data = engine.is_first_stage() or engine.is_last_stage()
     with watchdog.phase("step", "the pipeline schedule (sends, receives, the gradient all-reduce)"):
