@@ -57,6 +57,8 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
                      "MLM+NSP": {"bilstm": False, "pooling": "[CLS]", "unpad": True}}
     table = (out / "table5.md").read_text()
     assert "| + BiLSTM |" in table and "| 88.5 |" in table  # the paper's MLM+NSP SQuAD F1 beside ours
+    # Every ordering the experiment tests, read against the restarts' spread (test_table5_orderings.py).
+    assert len(record["orderings"]) == 18 and "| LTR & No NSP vs MLM+NSP | SQuAD v1.1 (F1) |" in table
     assert (out / "table5.png").stat().st_size > 5_000
 
     # A finished experiment reruns in seconds; a missing cell (a killed run) is the only work redone.

@@ -8,6 +8,9 @@ import math
 import statistics
 from pathlib import Path
 
+from bert_ds.experiments.table5_orderings import markdown as orderings_markdown
+from bert_ds.experiments.table5_orderings import orderings
+
 ROWS = ("MLM+NSP", "No NSP", "LTR & No NSP", "+ BiLSTM", "No pre-training")
 """The paper's row names, in its order (BERT-BASE is its "MLM+NSP" row), and the floor: the same
 fine-tuning from random weights (not in the paper)."""
@@ -31,7 +34,9 @@ def cell_summary(scores: list[float], selected: float, selection_budget: dict) -
 
 
 def write_report(output: Path, record: dict) -> None:
-    """table5.json (the record), table5.md and table5.png, each written whole then moved in place."""
+    """table5.json (the record with its orderings), table5.md and table5.png, each written whole then
+    moved in place."""
+    record = dict(record, orderings=orderings(record, PAPER))
     write_whole(output / "table5.json", json.dumps(record, indent=1))
     write_whole(output / "table5.md", markdown(record))
     plot(record, output / "table5.png")
@@ -63,7 +68,8 @@ def markdown(record: dict) -> str:
             paper = PAPER.get(row, {}).get(column)
             values += [ours, f"{paper:.1f}" if paper is not None else "–"]
         lines.append(f"| {row} | " + " | ".join(values) + " |")
-    return "\n".join(lines) + "\n" + pretraining_markdown(record)
+    found = record.get("orderings", orderings(record, PAPER))
+    return "\n".join(lines) + "\n" + orderings_markdown(found, COLUMN_NAMES) + pretraining_markdown(record)
 
 
 OBJECTIVE_NAMES = {"mlm_nsp": "MLM+NSP", "mlm": "No NSP", "ltr": "LTR & No NSP"}
