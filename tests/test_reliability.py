@@ -175,6 +175,34 @@ def test_ops_are_always_checked_by_the_pinned_ninja(monkeypatch):
     assert os.environ["PATH"] == f"{venv_bin}:/usr/local/bin:/usr/bin:/bin"
 
 
+def test_each_environment_builds_its_ops_in_a_folder_of_its_own(monkeypatch):
+    """torch's default op folder is one per user and Python: two venvs (CI's clone beside a working
+    copy) rebuilt each other's ops at every switch (25-90 s an op). Each environment has its own,
+    make install's prebuild fills it, and a user's TORCH_EXTENSIONS_DIR is kept."""
+    import sys
+    from pathlib import Path
+
+    from torch.utils.cpp_extension import get_default_build_root
+
+    from bert_ds.runtime.prebuild_ops import op_build_folders, own_extensions_dir, use_own_extensions_dir
+
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    own = own_extensions_dir()
+    assert own.parent == Path(get_default_build_root()) and own.name.startswith(f"py{sys.version_info.major}{sys.version_info.minor}")
+    with monkeypatch.context() as other:
+        other.setattr(sys, "prefix", "/opt/another/venv")
+        assert own_extensions_dir() != own and own_extensions_dir().parent == own.parent
+    use_own_extensions_dir()
+    assert os.environ["TORCH_EXTENSIONS_DIR"] == str(own)
+    folders = op_build_folders()
+    assert folders and all(folder.parent == own for folder in folders)
+    # The job finds the ops make install built (prebuild_ops): none of them is built again.
+    assert all(any(folder.glob("*.so")) for folder in folders), [list(f.iterdir()) for f in folders if f.is_dir()]
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/scratch/my-ops")
+    use_own_extensions_dir()
+    assert os.environ["TORCH_EXTENSIONS_DIR"] == "/scratch/my-ops"
+
+
 def test_a_collective_that_lost_its_peer_is_told_apart_from_other_errors():
     """What gloo raises when the other end is gone, and torch's distributed error types, become
     pretrain.py's one-line "lost contact" error; an unrelated RuntimeError keeps its traceback."""

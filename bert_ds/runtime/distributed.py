@@ -120,8 +120,11 @@ def _init_process_group(timeout_s: float) -> None:
         # DeepSpeed reads rank, size and the master address through mpi4py.
         import deepspeed
 
+        from bert_ds.runtime.prebuild_ops import clear_stale_op_locks
+
         os.environ.setdefault("LOCAL_RANK", str(launch.local_rank))
         set_current_device()
+        clear_stale_op_locks()  # DeepSpeed loads its CPU comm op right here, before the call below
         deepspeed.init_distributed(dist_backend=backend(), auto_mpi_discovery=True, timeout=timeout)
         return
     if launch.launcher == "none":

@@ -14,6 +14,14 @@ differently, so a job whose PATH finds the system's ninja after one that found t
 launcher's environment, an activated venv or not) rebuilds every op from scratch, and so does the
 next one. `use_pinned_ninja` puts the interpreter's own bin folder, where requirements.txt's ninja
 is installed, first on PATH.
+
+For the same reason each environment (venv, conda env) gets a build folder of its own: torch's
+default folder is one per user and Python version, and an op's build command names the
+environment's paths, so two checkouts with their own venvs (a stable and a development one; CI's
+clone beside a working copy) rebuilt each other's ops at every switch (25-90 s an op, measured
+here), and a job could load an op while a job of the other environment rewrote it.
+`use_own_extensions_dir` sets TORCH_EXTENSIONS_DIR to `<torch's default root>/py311_cpu-<key of
+sys.prefix>` unless the user set it.
 """
 
 from __future__ import annotations
@@ -38,10 +46,36 @@ def use_pinned_ninja() -> None:
             os.environ["PATH"] = os.pathsep.join([bin_folder, path]) if path else bin_folder
 
 
+def own_extensions_dir() -> Path:
+    """This environment's torch-extensions folder: torch's default root, then the folder name torch
+    would use (Python version, accelerator) with a key of the environment's prefixes."""
+    import hashlib
+
+    import torch
+    from torch.utils.cpp_extension import get_default_build_root
+
+    if torch.version.hip is not None:
+        accelerator = f"rocm{torch.version.hip.replace('.', '')}"
+    elif torch.version.cuda is not None:
+        accelerator = f"cu{torch.version.cuda.replace('.', '')}"
+    else:
+        accelerator = "cpu"
+    python = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
+    key = hashlib.sha256(f"{sys.prefix}\0{sys.base_prefix}".encode()).hexdigest()[:10]
+    return Path(get_default_build_root()) / f"{python}_{accelerator}-{key}"
+
+
+def use_own_extensions_dir() -> None:
+    """TORCH_EXTENSIONS_DIR = `own_extensions_dir()`, unless it is set already (the user's choice)."""
+    if not os.environ.get("TORCH_EXTENSIONS_DIR"):
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(own_extensions_dir())
+
+
 def prebuild() -> None:
     from deepspeed.accelerator import get_accelerator
 
     use_pinned_ninja()
+    use_own_extensions_dir()
     accelerator = get_accelerator()
     if accelerator.device_name() != "cpu":
         print(f"prebuild_ops: accelerator {accelerator.device_name()!r}: nothing to build ahead")
@@ -58,10 +92,11 @@ def prebuild() -> None:
 
 
 def op_build_folders() -> list[Path]:
-    """The torch-extensions build folders of OPS on this machine (TORCH_EXTENSIONS_DIR honoured)."""
+    """The torch-extensions build folders of OPS in this environment (TORCH_EXTENSIONS_DIR honoured)."""
     from deepspeed.accelerator import get_accelerator
     from torch.utils.cpp_extension import _get_build_directory
 
+    use_own_extensions_dir()
     folders = []
     for name in OPS:
         builder = get_accelerator().create_op_builder(name)
@@ -88,9 +123,11 @@ def clear_stale_locks(folders: list[Path], max_age_s: float = STALE_LOCK_S) -> l
 
 
 def clear_stale_op_locks() -> None:
-    """Before an op load: the pinned ninja, and `clear_stale_locks` for this machine's op folders,
-    by one process per node (LOCAL_RANK 0): the others, waiting on a stale lock, go on once it is gone."""
+    """Before an op load: the pinned ninja, this environment's op folder, and `clear_stale_locks` for
+    its op folders, by one process per node (LOCAL_RANK 0): the others, waiting on a stale lock, go
+    on once it is gone."""
     use_pinned_ninja()
+    use_own_extensions_dir()
     if os.environ.get("LOCAL_RANK", "0") == "0":
         clear_stale_locks(op_build_folders())
 
