@@ -122,11 +122,57 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(tmp_path, cache):
     assert (save / "latest").read_text() == "step00000004"  # nothing written after the run went bad
 
 
-def test_a_build_lock_left_by_a_killed_job_does_not_hang_the_next(tmp_path, cache, monkeypatch):
+def _shm_segment(name: str, age_s: float):
+    """A file in /dev/shm named as DeepSpeed names its CPU all-reduce buffers, `age_s` old."""
+    from bert_ds.runtime.shm_buffers import PREFIX, SHM_FOLDER
+
+    path = SHM_FOLDER / f"{PREFIX}_{os.getuid()}_{name}_0"
+    path.write_bytes(b"\0" * 4096)
+    os.utime(path, (time.time() - age_s, time.time() - age_s))
+    return path
+
+
+def _holding(path, how):
+    """A live process that holds `path` open (how="fd") or only mapped (how="map", its fd closed)."""
+    import subprocess
+    import sys
+
+    code = ("import mmap, sys; f = open(sys.argv[1], 'r+b'); m = mmap.mmap(f.fileno(), 0)\n"
+            "if sys.argv[2] == 'map': f.close()\nprint('ready', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(path), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "ready"
+    return holder
+
+
+def test_stale_allreduce_buffers_are_removed_and_held_ones_kept(tmp_path):
+    """A job killed inside DeepSpeed's start-up leaves its 66 MiB /dev/shm names: an old one no
+    process holds goes; one a process holds open or mapped, or a young one, stays. (Aged 400 s
+    against a 300 s limit: the jobs of other tests, at 600 s, leave them alone.)"""
+    from bert_ds.runtime.shm_buffers import clear_stale_allreduce_buffers
+
+    tag = f"test-{os.getpid()}-{tmp_path.name}"
+    orphan, opened, mapped = (_shm_segment(f"{tag}-{kind}", 400) for kind in ("orphan", "opened", "mapped"))
+    young = _shm_segment(f"{tag}-young", 10)
+    holders = [_holding(opened, "fd"), _holding(mapped, "map")]
+    try:
+        removed = clear_stale_allreduce_buffers(max_age_s=300)
+        assert orphan in removed and not orphan.exists()
+        assert not {opened, mapped, young} & set(removed) and opened.exists() and mapped.exists() and young.exists()
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+        for path in (orphan, opened, mapped, young):
+            path.unlink(missing_ok=True)
+
+
+def test_what_a_killed_job_left_does_not_hang_or_fill_the_next(tmp_path, cache, monkeypatch):
     """torch's JIT loader takes a lock while it checks DeepSpeed's prebuilt op at every start; a
     job killed in that second leaves it, and without bert_ds's check every later job waits forever.
     The job runs on a copy of the built ops (TORCH_EXTENSIONS_DIR), so the stale lock is this
-    test's alone: another test's job (make test runs two workers) would clear a shared one first."""
+    test's alone: another test's job (make test runs two workers) would clear a shared one first.
+    A killed job's all-reduce buffer in /dev/shm is gone after the next job's start (this one's, or
+    another test's job's: any job clears it), while one a live process maps stays."""
     import shutil
 
     from bert_ds.runtime.prebuild_ops import STALE_LOCK_S, clear_stale_locks, op_build_folders
@@ -150,12 +196,21 @@ def test_a_build_lock_left_by_a_killed_job_does_not_hang_the_next(tmp_path, cach
     lock.touch()
     stale = time.time() - 2 * STALE_LOCK_S
     os.utime(lock, (stale, stale))
+    tag = f"test-{os.getpid()}-{tmp_path.name}"
+    orphan, mapped = _shm_segment(f"{tag}-killed", 3600), _shm_segment(f"{tag}-alive", 3600)
+    holder = _holding(mapped, "map")
     try:
         result = _job(TINY + ["--train-steps", "2"], cache, timeout=120)
     finally:
         lock.unlink(missing_ok=True)
+        holder.kill()
+        holder.wait()
+        orphan_was_removed, mapped_was_kept = not orphan.exists(), mapped.exists()
+        for path in (orphan, mapped):
+            path.unlink(missing_ok=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"warning: removed {lock}, a build lock" in result.stderr
+    assert orphan_was_removed and mapped_was_kept
 
 
 def test_ops_are_always_checked_by_the_pinned_ninja(monkeypatch):

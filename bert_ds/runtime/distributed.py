@@ -105,6 +105,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _clear_what_killed_jobs_left() -> None:
+    """Before DeepSpeed loads its ops: a build lock a killed job left (it would hang the load) and,
+    on CPU, by each host's first rank, all-reduce buffers a job killed inside DeepSpeed's start-up
+    left in /dev/shm (66 MiB a rank, until reboot)."""
+    from bert_ds.runtime.prebuild_ops import clear_stale_op_locks
+    from bert_ds.runtime.shm_buffers import clear_stale_allreduce_buffers
+
+    clear_stale_op_locks()
+    if device().type == "cpu" and os.environ.get("LOCAL_RANK", "0") == "0":
+        clear_stale_allreduce_buffers()
+
+
 def _init_process_group(timeout_s: float) -> None:
     """Join the job's process group, whichever launcher started us (bert_ds.runtime.launcher); a plain
     `python script.py` becomes a world of one."""
@@ -120,11 +132,9 @@ def _init_process_group(timeout_s: float) -> None:
         # DeepSpeed reads rank, size and the master address through mpi4py.
         import deepspeed
 
-        from bert_ds.runtime.prebuild_ops import clear_stale_op_locks
-
         os.environ.setdefault("LOCAL_RANK", str(launch.local_rank))
         set_current_device()
-        clear_stale_op_locks()  # DeepSpeed loads its CPU comm op right here, before the call below
+        _clear_what_killed_jobs_left()  # DeepSpeed loads its CPU comm op in the call below
         deepspeed.init_distributed(dist_backend=backend(), auto_mpi_discovery=True, timeout=timeout)
         return
     if launch.launcher == "none":
@@ -202,10 +212,9 @@ def init_parallel(
     tracker = _seed_streams(seed, pp_rank, tp_rank)
     import deepspeed
 
-    from bert_ds.runtime.prebuild_ops import clear_stale_op_locks
     from bert_ds.runtime.shm_buffers import release_allreduce_buffer
 
-    clear_stale_op_locks()  # a killed job's lock would hang the op load below
+    _clear_what_killed_jobs_left()  # a killed job's lock would hang the op load below
     deepspeed.init_distributed(dist_backend=backend())  # DeepSpeed's comm layer adopts the process group
     if world > 1 and device().type == "cpu":
         dist.barrier()  # every rank has mapped its peers' all-reduce buffers by name
