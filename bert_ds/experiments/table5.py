@@ -83,7 +83,8 @@ class Scale:
 SCALES = {
     # Minutes, on fixtures: the test suite runs it.
     "smoke": Scale("tiny", 20, 16, 64, 1e-3, 2, 10, 4, 16, 2e-3, 48, 64, 32, max_train_examples=160),
-    # About 8 hours on a 2-core CPU when MLM+NSP is the desk recipe's run (--pretrained): the desk
+    # 8-13 hours on a 2-core CPU when MLM+NSP is the desk recipe's run (--pretrained; docs/finetuning.md
+    # measures a cell): the desk
     # recipe of docs/pretraining.md (mini, pre-LN, no dropout, batch 128, peak lr 2e-3, Adam beta2
     # 0.98; 7,400 steps at 128 tokens, then 600 at 256), so positions up to 256 are trained and
     # SQuAD's windows fit them; fine-tuning on whole training sets with one setting for every row.
@@ -114,7 +115,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--glue-dir", required=True, help="glue_data folder with SST-2 and the pair task's folder")
     parser.add_argument("--squad-dir", required=True, help="folder with train-v1.1.json and dev-v1.1.json")
     parser.add_argument("--scale", choices=sorted(SCALES), default="desk",
-                        help="smoke (fixtures), desk (2 CPU cores, about 8 hours) or paper (a cluster)")
+                        help="smoke (fixtures), desk (2 CPU cores, 8-13 hours) or paper (a cluster)")
     parser.add_argument("--restarts", type=int, default=3, help="fine-tuning seeds per cell")
     parser.add_argument("--pair-task", default="mrpc", choices=["mrpc", "rte", "qnli", "mnli"],
                         help="the sentence-pair task (the paper reports MNLI, QNLI and MRPC)")
