@@ -52,10 +52,10 @@ rendezvous() {
   export MASTER_ADDR MASTER_PORT
 }
 
-# requeue_after_hang OUTPUT_DIR: when a rank's watchdog ended this run (exit 98; its report
+# requeue_after_hang OUTPUT_DIR [WHAT]: when a rank's watchdog ended this run (exit 98; its report
 # OUTPUT_DIR/hang/rank-R.txt carries the line "job $SLURM_JOB_ID run $SLURM_RESTART_COUNT"),
-# print each report's one-line cause and requeue the job, which resumes from the latest complete
-# checkpoint; at most HANG_REQUEUES times (default 3), so that a hang that comes back every time
+# print each report's one-line cause and requeue the job, which then does WHAT (default: resumes
+# from the latest complete checkpoint); at most HANG_REQUEUES times (default 3), so that a hang that comes back every time
 # (a data file that never reads) ends the job instead of looping. srun's own status is not
 # enough: when one rank exits 98 it kills the others, whose signals then set the status.
 hang_reports() {
@@ -91,7 +91,7 @@ requeue_after_hang() {
     echo "error: the job hung again after ${SLURM_RESTART_COUNT:-0} requeue(s) (HANG_REQUEUES=${HANG_REQUEUES:-3}); not requeueing: read the stacks in $1/hang/" >&2
     return 0
   fi
-  echo "bert_ds: a rank's watchdog ended the run; requeueing job $SLURM_JOB_ID (restart $((${SLURM_RESTART_COUNT:-0} + 1)) of at most ${HANG_REQUEUES:-3}) to resume from the latest complete checkpoint"
+  echo "bert_ds: a rank's watchdog ended the run; requeueing job $SLURM_JOB_ID (restart $((${SLURM_RESTART_COUNT:-0} + 1)) of at most ${HANG_REQUEUES:-3}) to ${2:-resume from the latest complete checkpoint}"
   scontrol requeue "$SLURM_JOB_ID"
   exit 0
 }

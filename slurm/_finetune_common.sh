@@ -18,6 +18,10 @@
 #               swag scripts default some of them to the paper's settings)
 #   MICRO_BATCH per-GPU micro batch (default auto: the largest that fits the per-GPU batch up to the
 #               model's ceiling, e.g. 64 sequences of 128 tokens for BERT-LARGE)
+#   STEP_TIMEOUT  seconds a rank may make no progress before its watchdog writes its stacks to
+#               OUTPUT_DIR/hang/ and ends the run (default auto; 0 off); the job is then requeued, at
+#               most HANG_REQUEUES times (3), and runs again from the start (fine-tuning keeps no
+#               resumable state). HANG_GRACE: seconds srun gets to end after a report (30).
 #   PYTHON      interpreter (default: $REPO/.venv/bin/python)
 #   DRY_RUN=1   print the launch plan and exit (see slurm/_common.sh); PLAN_DEVICE auto|gpu|cpu
 # The caller sets REPO (the checkout: BERT_DS_HOME, else the submit folder), OUTPUT_DIR and DATA_DIR.
@@ -52,6 +56,7 @@ finetune() {
   if [ -n "${EPOCHS:-}" ]; then options+=(--epochs "$EPOCHS"); fi
   if [ -n "${MAX_SEQ_LENGTH:-}" ]; then options+=(--max-seq-length "$MAX_SEQ_LENGTH"); fi
   if [ -n "${SEED:-}" ]; then options+=(--seed "$SEED"); fi
+  if [ -n "${STEP_TIMEOUT:-}" ]; then options+=(--step-timeout "$STEP_TIMEOUT"); fi
 
   echo "bert_ds: $entrypoint from $init, job ${SLURM_JOB_ID:-(none: plan only)}, output $OUTPUT_DIR"
   check_plan "$0" "$entrypoint" "${options[@]}" "$@"
@@ -60,6 +65,14 @@ finetune() {
   echo "bert_ds: $SLURM_NTASKS task(s), master $MASTER_ADDR:$MASTER_PORT"
   # One process per GPU; bert_ds reads SLURM_PROCID etc. Each task logs to OUTPUT_DIR/logs/<job>-<task>.log.
   # Task options and "$@" come after the common ones: later options win, so extra arguments override.
+  # srun in the background: after a network partition it may never hear that the far side's
+  # tasks ended, so wait_for_srun stops waiting HANG_GRACE seconds after a rank's hang report.
   srun --kill-on-bad-exit=1 --output "$OUTPUT_DIR/logs/%j-%t.log" \
-    "$PYTHON" "$REPO/$entrypoint" "${options[@]}" "$@"
+    "$PYTHON" "$REPO/$entrypoint" "${options[@]}" "$@" &
+  local status=0
+  wait_for_srun "$!" "$OUTPUT_DIR" || status=$?
+  if [ "$status" -ne 0 ]; then
+    requeue_after_hang "$OUTPUT_DIR" "run again from the start (fine-tuning keeps no resumable state)"
+  fi
+  return "$status"
 }

@@ -19,7 +19,8 @@
 #   GRID=0 LR=2e-5                                                      one setting, no selection
 # TASK=all runs 9 tasks x 4 settings (x 5 restarts on 4 of them: 100 runs): on a slow node submit
 # one job per task (for t in cola sst2 mrpc stsb qqp mnli qnli rte wnli; do TASK=$t sbatch ...; done).
-# No requeue: fine-tuning keeps no resumable state; a resubmitted job starts over (results are replaced).
+# Fine-tuning keeps no resumable state: a resubmitted or requeued job (after a hang: STEP_TIMEOUT in
+# slurm/_finetune_common.sh) starts over, and its results replace the earlier ones.
 #SBATCH --job-name=bert-glue
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=8
@@ -28,6 +29,7 @@
 #SBATCH --time=72:00:00
 #SBATCH --partition=gpu
 #SBATCH --output=slurm-%x-%j.out
+#SBATCH --requeue
 set -euo pipefail
 
 REPO="${BERT_DS_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}"

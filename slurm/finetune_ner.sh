@@ -9,7 +9,7 @@
 #   DATASET     or a hub id in the conll2003 schema (tokens, ner_tags), e.g. eriktks/conll2003
 #   OUTPUT_DIR  default $REPO/runs/ner
 #   RESTARTS    default 1; the selection over restarts and GRID=1's 18 settings is by dev entity F1
-# GRID=1 runs 18 settings: raise --time. No requeue: a resubmitted job starts over.
+# GRID=1 runs 18 settings: raise --time. A resubmitted or requeued job (after a hang) starts over.
 #SBATCH --job-name=bert-ner
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=8
@@ -18,6 +18,7 @@
 #SBATCH --time=12:00:00
 #SBATCH --partition=gpu
 #SBATCH --output=slurm-%x-%j.out
+#SBATCH --requeue
 set -euo pipefail
 
 REPO="${BERT_DS_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}"

@@ -9,7 +9,7 @@
 #   DATASET     or a hub id, e.g. rajpurkar/squad (v1.1) or rajpurkar/squad_v2 (v2.0)
 #   OUTPUT_DIR  default $REPO/runs/squad-v$VERSION
 #   LR, EPOCHS, BATCH_SIZE  default to the paper's: lr 5e-5; v1.1 3 epochs at batch 32, v2.0 2 epochs at 48
-# GRID=1 runs 18 settings: raise --time. No requeue: a resubmitted job starts over.
+# GRID=1 runs 18 settings: raise --time. A resubmitted or requeued job (after a hang) starts over.
 #SBATCH --job-name=bert-squad
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=8
@@ -18,6 +18,7 @@
 #SBATCH --time=12:00:00
 #SBATCH --partition=gpu
 #SBATCH --output=slurm-%x-%j.out
+#SBATCH --requeue
 set -euo pipefail
 
 REPO="${BERT_DS_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}"

@@ -8,7 +8,7 @@
 #   DATASET     or a hub id, e.g. allenai/swag
 #   OUTPUT_DIR  default $REPO/runs/swag
 #   BATCH_SIZE  default 16, the paper's (with lr 2e-5 and 3 epochs, the entrypoint's defaults)
-# GRID=1 runs 18 settings: raise --time. No requeue: a resubmitted job starts over.
+# GRID=1 runs 18 settings: raise --time. A resubmitted or requeued job (after a hang) starts over.
 #SBATCH --job-name=bert-swag
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=8
@@ -17,6 +17,7 @@
 #SBATCH --time=12:00:00
 #SBATCH --partition=gpu
 #SBATCH --output=slurm-%x-%j.out
+#SBATCH --requeue
 set -euo pipefail
 
 REPO="${BERT_DS_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}"

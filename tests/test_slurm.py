@@ -175,6 +175,53 @@ def test_finetune_script_runs_on_slurm(slurm, pretrained_tiny, finetune_data, tm
     assert not (out / "model").exists()  # --no-save-model came through "$@"
 
 
+def _rank_processes(out) -> list[int]:
+    """The pids of the python ranks whose command line names the output folder `out` (not srun's)."""
+    pids = []
+    for process in __import__("pathlib").Path("/proc").iterdir():
+        try:
+            argv = (process / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if process.name.isdigit() and b"python" in os.path.basename(argv[0]) and str(out).encode() in argv:
+            pids.append(int(process.name))
+    return pids
+
+
+def test_a_hung_finetuning_job_is_requeued_to_run_again(slurm, pretrained_tiny, finetune_data, tmp_path):
+    """A rank stopped (SIGSTOP) mid fine-tuning: the other rank's watchdog ends the run (exit 98,
+    OUT/hang/rank-R.txt), and the batch script requeues the job to run again from the start instead
+    of failing it, as slurm/pretrain_large.sh does for pre-training. The requeued job is cancelled
+    in its requeue hold: running again from the start is an ordinary run."""
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    settings = {"INIT": pretrained_tiny, "OUTPUT_DIR": str(out), "BATCH_SIZE": "8", "EPOCHS": "2000", "MAX_SEQ_LENGTH": "32",
+                "DATA_DIR": str(finetune_data / "glue_data"), "TASK": "sst2", "GRID": "0", "STEP_TIMEOUT": "10"}
+    job = _sbatch(slurm, "slurm/finetune_glue.sh", out, settings, "--no-save-model", "--startup-timeout", "30")
+    batch_log = tmp_path / f"run-{job}.out"
+    try:
+        # After the first epoch's line, so that STEP_TIMEOUT, not the start-up limit, applies.
+        _wait(slurm, job, lambda: len(_rank_processes(out)) == 2 and "epoch 1/2000 |" in (out / "logs" / f"{job}-0.log").read_text())
+        stopped = max(_rank_processes(out))
+        os.kill(stopped, signal.SIGSTOP)
+        _wait(slurm, job, lambda: "requeueing job" in batch_log.read_text(), timeout=120)
+        said = batch_log.read_text()
+        assert f"requeueing job {job} (restart 1 of at most 3) to run again from the start" in said, said[-3000:]
+        reports = sorted(p.name for p in (out / "hang").iterdir())
+        assert reports and all(f"{name}: error: hang:" in said for name in reports), (reports, said[-3000:])
+        assert all((out / "hang" / name).read_text().splitlines()[1] == f"job {job} run 0" for name in reports)
+        time.sleep(1)
+        assert "Restarts=1" in _client(slurm)(["scontrol", "show", "job", job]).stdout
+    finally:
+        _client(slurm)(["scancel", job])
+        for pid in _rank_processes(out):
+            with __import__("contextlib").suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert _wait_done(slurm, job) == "CANCELLED"
+
+
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
 def test_batch_scripts_are_shellcheck_clean():
     scripts = sorted(str(p) for p in (__import__("pathlib").Path(REPO) / "slurm").glob("*.sh"))
