@@ -56,8 +56,9 @@ rendezvous() {
 # OUTPUT_DIR/hang/rank-R.txt carries the line "job $SLURM_JOB_ID run $SLURM_RESTART_COUNT"),
 # print each report's one-line cause and requeue the job, which then does WHAT (default: resume
 # from the latest complete checkpoint); at most HANG_REQUEUES times (default 3), so that a hang
-# that comes back every time (a data file that never reads) ends the job instead of looping. srun's own status is not
-# enough: when one rank exits 98 it kills the others, whose signals then set the status.
+# that comes back every time (a data file that never reads) ends the job instead of looping.
+# srun's own status is not enough: when one rank exits 98 it kills the others, whose signals then
+# set the status.
 hang_reports() {
   grep -lx "job $SLURM_JOB_ID run ${SLURM_RESTART_COUNT:-0}" "$1"/hang/rank-*.txt 2>/dev/null || true
 }

@@ -84,9 +84,10 @@ SCALES = {
     # Minutes, on fixtures: the test suite runs it.
     "smoke": Scale("tiny", 20, 16, 64, 1e-3, 2, 10, 4, 16, 2e-3, 48, 64, 32, max_train_examples=160),
     # 8-13 hours on a 2-core CPU when MLM+NSP is the desk recipe's run (--pretrained; docs/finetuning.md
-    # times a cell): the desk recipe of docs/pretraining.md (mini, pre-LN, no dropout, batch 128, peak lr 2e-3, Adam beta2
-    # 0.98; 7,400 steps at 128 tokens, then 600 at 256), so positions up to 256 are trained and
-    # SQuAD's windows fit them; fine-tuning on whole training sets with one setting for every row.
+    # times a cell): the desk recipe of docs/pretraining.md (mini, pre-LN, no dropout, batch 128,
+    # peak lr 2e-3, Adam beta2 0.98; 7,400 steps at 128 tokens, then 600 at 256), so positions up to
+    # 256 are trained and SQuAD's windows fit them; fine-tuning on whole training sets with one
+    # setting for every row.
     "desk": Scale("mini", 8_000, 128, 128, 2e-3, 300, 400, 3, 32, 1e-4, 128, 256, 128, phase2_steps=600,
                   phase2_seq_length=256, layer_norm_position="pre", eval_interval=400, finetune_dropout=0.1,
                   pretrain_options=("--dropout", "0", "--adam-beta2", "0.98", "--weight-decay", "0.01",
