@@ -1,5 +1,6 @@
 """`sbatch slurm/pretrain_large.sh` and slurm/finetune_*.sh on a real single-node Slurm (slurmctld + slurmd + munge)."""
 
+import contextlib
 import json
 import os
 import random
@@ -9,7 +10,8 @@ import subprocess
 import pytest
 
 from tests.support.helpers import REPO, read_metrics
-from tests.support.slurm_cluster import job_state, missing_requirements, single_node_cluster, wait_for_job, wait_until_ended
+from tests.support.slurm_cluster import (is_rank, job_state, missing_requirements, single_node_cluster, wait_for_job,
+                                         wait_until_ended)
 from tests.support.task_fixtures import write_squad, write_sst2_plumbing, write_swag
 
 _WHY_NOT = missing_requirements()
@@ -176,16 +178,8 @@ def test_finetune_script_runs_on_slurm(slurm, pretrained_tiny, finetune_data, tm
 
 
 def _rank_processes(out) -> list[int]:
-    """The pids of the python ranks whose command line names the output folder `out` (not srun's)."""
-    pids = []
-    for process in __import__("pathlib").Path("/proc").iterdir():
-        try:
-            argv = (process / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if process.name.isdigit() and b"python" in os.path.basename(argv[0]) and str(out).encode() in argv:
-            pids.append(int(process.name))
-    return pids
+    """The pids of the glue.py ranks whose arguments name the output folder `out`."""
+    return [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and is_rank(int(pid), "glue.py", naming=str(out))]
 
 
 def test_a_hung_finetuning_job_is_requeued_to_run_again(slurm, pretrained_tiny, finetune_data, tmp_path):
@@ -217,7 +211,7 @@ def test_a_hung_finetuning_job_is_requeued_to_run_again(slurm, pretrained_tiny, 
     finally:
         _client(slurm)(["scancel", job])
         for pid in _rank_processes(out):
-            with __import__("contextlib").suppress(ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert _wait_done(slurm, job) == "CANCELLED"
 

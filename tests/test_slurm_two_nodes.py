@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.support.helpers import REPO, read_metrics
-from tests.support.slurm_cluster import TwoNodeCluster, job_state, missing_requirements, wait_for_job, wait_until_ended
+from tests.support.slurm_cluster import TwoNodeCluster, is_rank, job_state, missing_requirements, wait_for_job, wait_until_ended
 
 
 def _namespaces_work() -> str:
@@ -65,7 +65,7 @@ def test_four_ranks_on_two_nodes_and_a_lost_node_ends_the_job_and_resumes(cluste
     batch_log = (tmp_path / f"run-{job}.out").read_text()
     assert "bert_ds: 2 node(s), 4 tasks, master node1:" in batch_log and "TP 2 x PP 1 x DP 2" in batch_log
     assert cluster.on("node2", ["getent", "hosts", "node1"]).stdout.split()[0] == TwoNodeCluster.HOSTS["node1"]
-    ranks_on = {host: [pid for pid in cluster.pids(host) if _is_rank(pid)] for host in ("node1", "node2")}
+    ranks_on = {host: [pid for pid in cluster.pids(host) if is_rank(pid, "pretrain.py")] for host in ("node1", "node2")}
     assert len(ranks_on["node1"]) == len(ranks_on["node2"]) == 2, ranks_on
 
     # node2's tasks die (as when the node is lost): the other ranks must not wait for them.
@@ -88,16 +88,6 @@ def test_four_ranks_on_two_nodes_and_a_lost_node_ends_the_job_and_resumes(cluste
     assert f"resumed from {out / saved}" in (out / "logs" / f"{again}-0.log").read_text()
     assert _steps(out) == list(range(1, resumed_at + 3))
     assert job_state(cluster.client, job) == "FAILED"
-
-
-def _is_rank(pid: int) -> bool:
-    """A training process (python .../pretrain.py), not srun or the batch script naming it."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as file:
-            argv = file.read().split(b"\0")
-    except OSError:
-        return False
-    return b"python" in os.path.basename(argv[0]) and any(arg.endswith(b"pretrain.py") for arg in argv[1:2])
 
 
 def _partition(cluster, action: str) -> None:

@@ -51,7 +51,7 @@ def _held_shm_paths() -> set[str]:
             continue
         try:
             for line in (process / "maps").read_text().splitlines():
-                path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
+                path = line.split(maxsplit=5)[-1]  # the sixth field, the file mapped (absent: the inode)
                 if path.startswith(str(SHM_FOLDER)):
                     held.add(path.removesuffix(" (deleted)"))
             for descriptor in (process / "fd").iterdir():

@@ -95,6 +95,18 @@ def wait_until_ended(client, job: str, timeout: float = 400) -> str:
     return job_state(client, job)
 
 
+def is_rank(pid: int, entrypoint: str, naming: str | None = None) -> bool:
+    """Whether `pid` is a rank running ENTRYPOINT (python .../pretrain.py), not srun or the batch
+    script naming it; with `naming`, only one whose arguments include that exact string."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            argv = file.read().split(b"\0")
+    except OSError:
+        return False
+    return (b"python" in os.path.basename(argv[0]) and any(arg.endswith(entrypoint.encode()) for arg in argv[1:2])
+            and (naming is None or naming.encode() in argv))
+
+
 def stop_by_pid_files(root: Path) -> None:
     for pid_file in root.glob("*.pid"):
         try:
