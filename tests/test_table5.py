@@ -170,3 +170,37 @@ def test_a_finished_pretraining_run_is_adopted_only_when_it_matches_the_scale(tm
         adopt_pretrained(tmp_path / "t6" / "mlm_nsp", run, "mlm_nsp", SCALES["desk"])
     with pytest.raises(ConfigError, match="no such folder"):
         adopt_pretrained(tmp_path / "t7", tmp_path / "nowhere", "mlm", SCALES["desk"])
+
+
+def test_a_signal_to_the_experiment_reaches_its_running_steps(tmp_path, shared_cache):
+    """SIGTERM (scancel, `kill`) to the experiment is forwarded to the steps it runs (a pre-training
+    then saves and ends), no further step starts, and it ends 143 saying how to go on; before, the
+    experiment died at once and left its pre-trainings running as orphans."""
+    import signal
+    import time
+
+    glue, squad, out = tmp_path / "glue", tmp_path / "squad", tmp_path / "table5"
+    write_all_tasks(glue, n=16)
+    write_squad(squad, random.Random(2))
+    starts, stops = tmp_path / "starts", tmp_path / "stops"
+    step = tmp_path / "step.sh"  # stands in for every entrypoint: --launch "sh step.sh" runs `sh step.sh SCRIPT ARGS`
+    step.write_text(f'echo "$*" >> {starts}\n'
+                    f'trap \'echo "$*" >> {stops}; kill $!; exit 143\' TERM\n'
+                    'sleep 120 & wait\n')
+    env = dict(os.environ, BERT_DS_CACHE=shared_cache)
+    experiment = subprocess.Popen([sys.executable, "-m", "bert_ds.experiments.table5", "--output", str(out), "--glue-dir",
+                                   str(glue), "--squad-dir", str(squad), "--scale", "smoke", "--jobs", "2",
+                                   "--launch", f"sh {step}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(starts.read_text().splitlines() if starts.exists() else []) < 2:
+        time.sleep(0.2)
+    time.sleep(0.5)  # both shells past their `trap` line
+    experiment.send_signal(signal.SIGTERM)
+    stdout, stderr = experiment.communicate(timeout=60)
+    assert experiment.returncode == 143, stdout[-2000:] + stderr[-2000:]
+    assert "stopped by SIGTERM" in stderr and "the same command goes on" in stderr and "Traceback" not in stderr
+    objectives = sorted(line.split("--objective ")[1].split()[0] for line in stops.read_text().splitlines())
+    assert objectives == ["mlm", "mlm_nsp"]  # both running pre-trainings were told
+    assert len(starts.read_text().splitlines()) == 2  # and nothing started after
+    assert set(json.loads((out / "step_seconds.json").read_text())) == {"pretrain-mlm", "pretrain-mlm_nsp"}

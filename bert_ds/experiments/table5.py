@@ -21,18 +21,20 @@ continues from its last checkpoint (--auto-resume).
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
+import functools
 import json
 import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
 from bert_ds.errors import USER_ERRORS, ConfigError, report
+from bert_ds.experiments.step_pool import StepProcesses, Stopped, run_steps
 from bert_ds.experiments.table5_report import ROWS, cell_summary, write_report, write_whole
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -83,11 +85,11 @@ class Scale:
 SCALES = {
     # Minutes, on fixtures: the test suite runs it.
     "smoke": Scale("tiny", 20, 16, 64, 1e-3, 2, 10, 4, 16, 2e-3, 48, 64, 32, max_train_examples=160),
-    # 8-13 hours on a 2-core CPU when MLM+NSP is the desk recipe's run (--pretrained; docs/finetuning.md
-    # times a cell): the desk recipe of docs/pretraining.md (mini, pre-LN, no dropout, batch 128,
-    # peak lr 2e-3, Adam beta2 0.98; 7,400 steps at 128 tokens, then 600 at 256), so positions up to
-    # 256 are trained and SQuAD's windows fit them; fine-tuning on whole training sets with one
-    # setting for every row.
+    # About 16 hours on a 2-core CPU with --jobs 3, 11 when MLM+NSP is the desk recipe's run
+    # (--pretrained; docs/finetuning.md measures the rates): the desk recipe of docs/pretraining.md
+    # (mini, pre-LN, no dropout, batch 128, peak lr 2e-3, Adam beta2 0.98; 7,400 steps at 128
+    # tokens, then 600 at 256), so positions up to 256 are trained and SQuAD's windows fit them;
+    # fine-tuning on whole training sets with one setting for every row.
     "desk": Scale("mini", 8_000, 128, 128, 2e-3, 300, 400, 3, 32, 1e-4, 128, 256, 128, phase2_steps=600,
                   phase2_seq_length=256, layer_norm_position="pre", eval_interval=400, finetune_dropout=0.1,
                   pretrain_options=("--dropout", "0", "--adam-beta2", "0.98", "--weight-decay", "0.01",
@@ -115,7 +117,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--glue-dir", required=True, help="glue_data folder with SST-2 and the pair task's folder")
     parser.add_argument("--squad-dir", required=True, help="folder with train-v1.1.json and dev-v1.1.json")
     parser.add_argument("--scale", choices=sorted(SCALES), default="desk",
-                        help="smoke (fixtures), desk (2 CPU cores, 8-13 hours) or paper (a cluster)")
+                        help="smoke (fixtures), desk (2 CPU cores, about 16 hours with --jobs 3) or paper (a cluster)")
     parser.add_argument("--restarts", type=int, default=3, help="fine-tuning seeds per cell")
     parser.add_argument("--pair-task", default="mrpc", choices=["mrpc", "rte", "qnli", "mnli"],
                         help="the sentence-pair task (the paper reports MNLI, QNLI and MRPC)")
@@ -130,8 +132,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--launch", default=None,
                         help="command prefix for every step, e.g. 'torchrun --nproc_per_node 8' (default: this python)")
     parser.add_argument("--jobs", type=int, default=1,
-                        help="steps run at once (the three pre-trainings, then the twelve cells): for a many-core CPU "
-                             "machine; each step then gets its share of the threads")
+                        help="steps run at once, each with its share of the cores: the pre-trainings first, and each "
+                             "model's cells as soon as it is pre-trained")
     args = parser.parse_args(argv)
     for name in ("restarts", "jobs"):
         if getattr(args, name) < 1:
@@ -152,13 +154,17 @@ class Experiment:
         self.output = Path(args.output)
         self.launch = shlex.split(args.launch) if args.launch else [sys.executable]
         self.columns = [args.pair_task, "sst2", "squad"]
+        self.processes = StepProcesses()
+        self._times_lock = threading.Lock()  # steps that run at once record their times
 
     def run(self) -> dict:
         self.check_data()
         (self.output / "logs").mkdir(parents=True, exist_ok=True)
-        self._each(self.pretrain, list(OBJECTIVES))
-        pairs = [(row, column) for row in ROWS for column in self.columns]
-        summaries = dict(zip(pairs, self._each(lambda pair: self.finetune(*pair), pairs)))
+        steps = {objective: (functools.partial(self.pretrain, objective), ()) for objective in OBJECTIVES}
+        for row in ROWS:  # "No pre-training" borrows the MLM+NSP model's tokenizer
+            needs = (ROW_RUNS[row][0] or "mlm_nsp",)
+            steps.update({(row, column): (functools.partial(self.finetune, row, column), needs) for column in self.columns})
+        summaries = run_steps(steps, self.args.jobs)
         cells = {row: {column: summaries[row, column] for column in self.columns} for row in ROWS}
         record = dict(scale=self.args.scale, settings=asdict(self.scale), restarts=self.args.restarts,
                       columns=self.columns, seed=self.args.seed, data=self.args.data, eval_data=self.args.eval_data,
@@ -188,15 +194,6 @@ class Experiment:
             if unanswerable is not None:
                 raise ConfigError(f"{report.source}: question {unanswerable} has no answer: SQuAD 2.0 data, and "
                                   "Table 5 reports SQuAD v1.1 (train-v1.1.json, dev-v1.1.json).")
-
-    def _each(self, step, items: list) -> list:
-        """`step(item)` for every item, --jobs at a time; the first failure is raised once all ended."""
-        if self.args.jobs == 1:
-            return [step(item) for item in items]
-        with concurrent.futures.ThreadPoolExecutor(self.args.jobs) as pool:
-            futures = [pool.submit(step, item) for item in items]
-            concurrent.futures.wait(futures)
-        return [future.result() for future in futures]
 
     def pretrain(self, objective: str) -> None:
         folder = self.output / "pretrain" / objective
@@ -272,28 +269,34 @@ class Experiment:
         if self.args.jobs > 1:  # share the cores between the steps that run at once
             threads = max(1, (os.cpu_count() or 1) // self.args.jobs)
             env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-        with open(log, "a") as out:
-            result = subprocess.run([*self.launch, str(script), *args], stdout=out, stderr=subprocess.STDOUT, env=env)
-        if result.returncode != 0:
+        try:
+            with open(log, "a") as out:
+                returncode = self.processes.run([*self.launch, str(script), *args], stdout=out, stderr=subprocess.STDOUT, env=env)
+        except Stopped:  # a pre-training saved and resumes from there; a cell starts again
+            self._record_time(log_name, time.monotonic() - began)
+            print(f"[table5] {what}: stopped", flush=True)
+            raise
+        if returncode != 0:
             lines = log.read_text(errors="replace").splitlines()
             said = next((line for line in reversed(lines) if line.startswith("error: ")), None)
             if said is not None:  # the step's own one-line user error
                 raise StepFailed(f"{what} failed: {said[len('error: '):]} (log: {log})")
             tail = "\n".join(lines[-15:])
-            raise StepFailed(f"{what} failed (exit {result.returncode}); the end of {log}:\n{tail}")
+            raise StepFailed(f"{what} failed (exit {returncode}); the end of {log}:\n{tail}")
         seconds = time.monotonic() - began
         self._record_time(log_name, seconds)
         print(f"[table5] {what}: {seconds:,.0f}s", flush=True)
 
     def _times(self) -> dict:
-        """Seconds of every finished step (summed over reruns that resumed it): OUTPUT/step_seconds.json."""
+        """Seconds spent on every step, summed over its runs (a stopped one included): OUTPUT/step_seconds.json."""
         path = self.output / "step_seconds.json"
         return json.loads(path.read_text()) if path.is_file() else {}
 
     def _record_time(self, log_name: str, seconds: float) -> None:
-        times = self._times()
-        times[log_name] = round(times.get(log_name, 0.0) + seconds, 1)
-        write_whole(self.output / "step_seconds.json", json.dumps(times, indent=1))
+        with self._times_lock:
+            times = self._times()
+            times[log_name] = round(times.get(log_name, 0.0) + seconds, 1)
+            write_whole(self.output / "step_seconds.json", json.dumps(times, indent=1))
 
     def _pretraining_summary(self, objective: str) -> dict:
         """The model's last held-out evaluation (masked-LM or, for LTR, next-token accuracy; NSP)."""
@@ -363,8 +366,14 @@ def _cell(results: dict, column: str) -> dict:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
+    experiment = Experiment(args)
+    experiment.processes.forward_signals()
     try:
-        Experiment(args).run()
+        experiment.run()
+    except Stopped as stop:
+        print(f"[table5] stopped by {stop}: the running steps were told too; the same command goes on from "
+              f"there (finished steps are kept, a pre-training resumes from its last checkpoint)", file=sys.stderr, flush=True)
+        return 128 + stop.signum
     except USER_ERRORS as error:
         return report(error)
     except StepFailed as error:

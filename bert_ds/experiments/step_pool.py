@@ -1,0 +1,110 @@
+"""Run an experiment's steps N at a time, each as soon as a slot is free and the steps it needs have
+ended.
+
+Table 5 has three pre-trainings and fifteen fine-tuning cells, each cell needing one model. Run as
+two waves (every pre-training, then every cell), two slots on a 2-core machine leave one core idle
+for the whole third pre-training (hours); here the cells of the models already pre-trained fill
+that slot instead. A signal to stop reaches the running steps (`StepProcesses`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import signal
+import subprocess
+import threading
+from typing import Callable, Hashable
+
+Step = tuple[Callable[[], object], tuple]
+"""(what to call, the keys of the steps that must have ended before it starts)."""
+
+
+def run_steps(steps: dict[Hashable, Step], jobs: int) -> dict:
+    """Each step's result by its key. Steps start in the dict's order among those whose prerequisites
+    have ended, at most `jobs` at once; with one job that is the dict's order. After a failure no
+    step starts; the first failure is raised once the running ones have ended."""
+    for key, (_, needs) in steps.items():
+        unknown = [need for need in needs if need not in steps]
+        if unknown:
+            raise ValueError(f"step {key!r} needs {unknown!r}, which are not steps")
+    waiting = list(steps)
+    results: dict = {}
+    failure: BaseException | None = None
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        running: dict[concurrent.futures.Future, Hashable] = {}
+        while running or (waiting and failure is None):
+            while failure is None and len(running) < jobs:
+                key = next((k for k in waiting if all(need in results for need in steps[k][1])), None)
+                if key is None:
+                    break
+                waiting.remove(key)
+                running[pool.submit(steps[key][0])] = key
+            if not running:  # nothing can start: a prerequisite never ends (a cycle)
+                raise ValueError(f"steps {waiting!r} wait for one another")
+            ended, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in ended:
+                key = running.pop(future)
+                try:
+                    results[key] = future.result()
+                except BaseException as error:  # noqa: BLE001 (re-raised below, once the others end)
+                    failure = failure or error
+    if failure is not None:
+        raise failure
+    return results
+
+
+class Stopped(Exception):
+    """The experiment was told to stop (a signal); its steps were told too."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StepProcesses:
+    """The running steps' subprocesses. A SIGTERM (scancel, `kill`) or SIGUSR1 (Slurm's warning
+    before a time limit) to the experiment reaches every one of them, so that a pre-training saves
+    at its next step boundary and ends instead of running on as an orphan; after it no step starts,
+    and the step that ended by it raises `Stopped`."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __init__(self):
+        self._running: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self.stopped_by: int | None = None
+
+    def forward_signals(self) -> None:
+        """Install the handlers (from the main thread)."""
+        for signum in self.SIGNALS:
+            signal.signal(signum, self._forward)
+
+    def _forward(self, signum: int, frame) -> None:
+        self.stopped_by = self.stopped_by or signum
+        for process in tuple(self._running):  # one C call: no lock in a signal handler
+            _signal(process, signum)
+
+    def run(self, command: list[str], **popen) -> int:
+        """`subprocess.run(command, **popen).returncode`, its process told of a stop."""
+        if self.stopped_by is not None:
+            raise Stopped(self.stopped_by)
+        process = subprocess.Popen(command, **popen)
+        with self._lock:
+            self._running.add(process)
+        if self.stopped_by is not None:  # the signal came between its start and the line above
+            _signal(process, self.stopped_by)
+        try:
+            returncode = process.wait()
+        finally:
+            with self._lock:
+                self._running.discard(process)
+        if returncode != 0 and self.stopped_by is not None:
+            raise Stopped(self.stopped_by)
+        return returncode
+
+
+def _signal(process: subprocess.Popen, signum: int) -> None:
+    try:
+        process.send_signal(signum)
+    except ProcessLookupError:  # it has just ended
+        pass
