@@ -79,6 +79,18 @@ wait_for_srun() {
   wait "$1"
 }
 
+# run_ranks OUTPUT_DIR COMMAND...: COMMAND on every task of the job (srun; bert_ds reads
+# SLURM_PROCID etc.; no ssh/pdsh), each task's output in OUTPUT_DIR/logs/<job>-<task>.log, and its
+# status as wait_for_srun sees it. srun runs in the background: after a network partition it may
+# never hear that the far side's tasks ended, so the wait stops HANG_GRACE s after a hang report.
+run_ranks() {
+  local output_dir="$1"
+  shift
+  mkdir -p "$output_dir/logs"
+  srun --kill-on-bad-exit=1 --output "$output_dir/logs/%j-%t.log" "$@" &
+  wait_for_srun "$!" "$output_dir"
+}
+
 requeue_after_hang() {
   local reports report
   reports=$(hang_reports "$1")

@@ -61,16 +61,11 @@ finetune() {
   echo "bert_ds: $entrypoint from $init, job ${SLURM_JOB_ID:-(none: plan only)}, output $OUTPUT_DIR"
   check_plan "$0" "$entrypoint" "${options[@]}" "$@"
   rendezvous
-  mkdir -p "$OUTPUT_DIR/logs"
   echo "bert_ds: $SLURM_NTASKS task(s), master $MASTER_ADDR:$MASTER_PORT"
-  # One process per GPU; bert_ds reads SLURM_PROCID etc. Each task logs to OUTPUT_DIR/logs/<job>-<task>.log.
-  # Task options and "$@" come after the common ones: later options win, so extra arguments override.
-  # srun in the background: after a network partition it may never hear that the far side's
-  # tasks ended, so wait_for_srun stops waiting HANG_GRACE seconds after a rank's hang report.
-  srun --kill-on-bad-exit=1 --output "$OUTPUT_DIR/logs/%j-%t.log" \
-    "$PYTHON" "$REPO/$entrypoint" "${options[@]}" "$@" &
+  # One process per GPU. Task options and "$@" come after the common ones: later options win, so
+  # extra arguments override.
   local status=0
-  wait_for_srun "$!" "$OUTPUT_DIR" || status=$?
+  run_ranks "$OUTPUT_DIR" "$PYTHON" "$REPO/$entrypoint" "${options[@]}" "$@" || status=$?
   if [ "$status" -ne 0 ]; then
     requeue_after_hang "$OUTPUT_DIR" "run again from the start (fine-tuning keeps no resumable state)"
   fi

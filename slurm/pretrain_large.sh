@@ -118,15 +118,11 @@ fi
 echo "bert_ds: phase $PHASE of $PRESET pre-training, job ${SLURM_JOB_ID:-(none: plan only)}, output $OUTPUT_DIR"
 check_plan "$0" bert_ds/pretrain.py "${options[@]}" "${resume[@]}" "$@"
 rendezvous
-mkdir -p "$OUTPUT_DIR/logs"
 
 echo "bert_ds: $SLURM_JOB_NUM_NODES node(s), $SLURM_NTASKS tasks, master $MASTER_ADDR:$MASTER_PORT"
-# One process per GPU; srun starts them on every node (no ssh/pdsh), bert_ds reads SLURM_PROCID etc.
-# Each task's output goes to OUTPUT_DIR/logs/<job>-<task>.log.
-srun --kill-on-bad-exit=1 --output "$OUTPUT_DIR/logs/%j-%t.log" \
-  "$PYTHON" "$REPO/bert_ds/pretrain.py" "${options[@]}" "${resume[@]}" "$@" &
+# One process per GPU on every node.
 status=0
-wait_for_srun "$!" "$OUTPUT_DIR" || status=$?
+run_ranks "$OUTPUT_DIR" "$PYTHON" "$REPO/bert_ds/pretrain.py" "${options[@]}" "${resume[@]}" "$@" || status=$?
 if [ "$status" -eq 99 ]; then
   # SIGUSR1 before the time limit: the run saved a checkpoint; come back and resume from it.
   echo "bert_ds: checkpoint saved before the time limit; requeueing job $SLURM_JOB_ID"
