@@ -89,8 +89,8 @@ def test_a_causal_classifier_pools_the_last_real_token(layout):
 
 @pytest.mark.parametrize("kind", ["classification", "span", "multiple_choice"])
 def test_the_bilstm_head_reads_every_real_token_and_ignores_padding(layout, kind):
-    """--bilstm (Table 5's "+ BiLSTM"): a BiLSTM under the head, without a pooler; padding is
-    packed away, so appending it changes no output; every BiLSTM weight receives gradient."""
+    """--bilstm (Table 5's "+ BiLSTM"): a BiLSTM under the head, without a pooler; appending
+    padding changes no output; every BiLSTM weight receives gradient."""
     torch.manual_seed(0)
     config = model_preset("tiny", vocab_size=VOCAB, hidden_dropout=0.0, attention_dropout=0.0)
     model = build_model(config, layout, kind, num_labels=3, bilstm=True)

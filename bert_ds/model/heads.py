@@ -11,9 +11,8 @@
 With `bilstm` (Table 5's "+ BiLSTM" row: fine-tuning's `--bilstm`) a randomly initialised
 one-layer bidirectional LSTM (H/2 per direction) reads the encoder's token states first: span
 extraction and tagging score its per-token outputs, classification and multiple choice read its two final
-states (forward at the last real token, backward at [CLS]) instead of the pooler. Padding is
-packed away, so it changes nothing. Hugging Face has no such model (checkpoint/hf_export.py
-refuses it).
+states (forward at the last real token, backward at [CLS]) instead of the pooler. Padding changes
+nothing (model/bilstm.py). Hugging Face has no such model (checkpoint/hf_export.py refuses it).
 
 Parameter names match Hugging Face's task classes (`classifier`, `qa_outputs`), so exports map
 one to one. Heads are tiny and replicated on every tensor-parallel rank (their input, the encoder
@@ -29,6 +28,7 @@ from megatron.core.transformer.module import MegatronModule
 
 from bert_ds.config import POOLED_KINDS, TASK_KINDS, ModelConfig
 from bert_ds.model.bert import BertModel
+from bert_ds.model.bilstm import PaddedBiLSTM
 from bert_ds.model.dropout import Dropout
 
 TaskKind = Literal["classification", "multiple_choice", "span", "tagging"]  # config.TASK_KINDS
@@ -54,7 +54,7 @@ class BertForFinetuning(MegatronModule):
         pooler = kind in POOLED_KINDS and not bilstm
         self.bert = BertModel(config, transformer_config, layer_spec, add_pooler=pooler, pg_collection=pg_collection,
                               unpad=unpad)
-        self.bilstm = torch.nn.LSTM(config.hidden_size, config.hidden_size // 2, bidirectional=True) if bilstm else None
+        self.bilstm = PaddedBiLSTM(config.hidden_size, config.hidden_size // 2) if bilstm else None
         self.dropout = Dropout(config.hidden_dropout)
         if kind == "span":
             self.qa_outputs = torch.nn.Linear(config.hidden_size, 2)
@@ -92,11 +92,8 @@ class BertForFinetuning(MegatronModule):
         if self.bilstm is None:
             return sequence_output, pooled
         seq = sequence_output.shape[0]
-        lengths = (attention_mask.sum(1) if attention_mask is not None else torch.full((input_ids.shape[0],), seq))
-        packed = torch.nn.utils.rnn.pack_padded_sequence(sequence_output, lengths.cpu().clamp(min=1), enforce_sorted=False)
-        outputs, (final, _) = self.bilstm(packed)
-        outputs, _ = torch.nn.utils.rnn.pad_packed_sequence(outputs, total_length=seq)  # [s, b, h], zeros at padding
-        return outputs, torch.cat([final[0], final[1]], dim=-1)
+        lengths = attention_mask.sum(1) if attention_mask is not None else torch.full((input_ids.shape[0],), seq)
+        return self.bilstm(sequence_output, lengths)  # [s, b, h] (zeros at padding), [b, h]
 
 
 def finetuning_loss(kind: TaskKind, logits, batch: dict, regression: bool = False) -> torch.Tensor:
