@@ -5,6 +5,7 @@ Markdown and plot, and a rerun that skips what is finished and redoes only a mis
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -25,8 +26,10 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
     write_sst2(glue, random.Random(0))  # a cue a 2-layer model learns (tests/support/glue_fixtures.py)
     write_squad(squad, random.Random(2))
     args = ["--output", str(out), "--glue-dir", str(glue), "--squad-dir", str(squad), "--scale", "smoke", "--restarts", "2", "--jobs", "2"]
-    first = _experiment(args, shared_cache)
+    first = _experiment([*args, "--status-interval", "2"], shared_cache)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    # Lines on the running steps: their time so far and their logs' last progress line.
+    assert re.search(r"^\[table5\] running \d+m \d\ds: pre-training mlm(_nsp)?: \S", first.stdout, re.M), first.stdout[:3000]
 
     record = json.loads((out / "table5.json").read_text())
     assert record["columns"] == ["mrpc", "sst2", "squad"] and record["restarts"] == 2

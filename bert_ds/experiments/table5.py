@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 from bert_ds.errors import USER_ERRORS, ConfigError, report
+from bert_ds.experiments.progress import StepProgress
 from bert_ds.experiments.step_pool import StepProcesses, Stopped, run_steps
 from bert_ds.experiments.table5_report import ROWS, cell_summary, write_report, write_whole
 
@@ -131,6 +132,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1234, help="the one initialisation and data seed")
     parser.add_argument("--launch", default=None,
                         help="command prefix for every step, e.g. 'torchrun --nproc_per_node 8' (default: this python)")
+    parser.add_argument("--status-interval", type=float, default=600,
+                        help="seconds between lines on the running steps (each one's last progress line); 0: none")
     parser.add_argument("--jobs", type=int, default=1,
                         help="steps run at once, each with its share of the cores: the pre-trainings first, and each "
                              "model's cells as soon as it is pre-trained")
@@ -138,6 +141,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     for name in ("restarts", "jobs"):
         if getattr(args, name) < 1:
             parser.error(f"argument --{name}: must be at least 1, got {getattr(args, name)}")
+    if args.status_interval < 0:
+        parser.error(f"argument --status-interval: must be 0 (no lines) or more seconds, got {args.status_interval:g}")
     pretrained = {}
     for item in args.pretrained:
         objective, _, folder = item.partition("=")
@@ -155,6 +160,7 @@ class Experiment:
         self.launch = shlex.split(args.launch) if args.launch else [sys.executable]
         self.columns = [args.pair_task, "sst2", "squad"]
         self.processes = StepProcesses()
+        self.progress = StepProgress(args.status_interval)
         self._times_lock = threading.Lock()  # steps that run at once record their times
 
     def run(self) -> dict:
@@ -164,7 +170,8 @@ class Experiment:
         for row in ROWS:  # "No pre-training" borrows the MLM+NSP model's tokenizer
             needs = (ROW_RUNS[row][0] or "mlm_nsp",)
             steps.update({(row, column): (functools.partial(self.finetune, row, column), needs) for column in self.columns})
-        summaries = run_steps(steps, self.args.jobs)
+        with self.progress:
+            summaries = run_steps(steps, self.args.jobs)
         cells = {row: {column: summaries[row, column] for column in self.columns} for row in ROWS}
         record = dict(scale=self.args.scale, settings=asdict(self.scale), restarts=self.args.restarts,
                       columns=self.columns, seed=self.args.seed, data=self.args.data, eval_data=self.args.eval_data,
@@ -269,6 +276,7 @@ class Experiment:
         if self.args.jobs > 1:  # share the cores between the steps that run at once
             threads = max(1, (os.cpu_count() or 1) // self.args.jobs)
             env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        self.progress.started(what, log)
         try:
             with open(log, "a") as out:
                 returncode = self.processes.run([*self.launch, str(script), *args], stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -276,6 +284,8 @@ class Experiment:
             self._record_time(log_name, time.monotonic() - began)
             print(f"[table5] {what}: stopped", flush=True)
             raise
+        finally:
+            self.progress.ended(what)
         if returncode != 0:
             lines = log.read_text(errors="replace").splitlines()
             said = next((line for line in reversed(lines) if line.startswith("error: ")), None)
