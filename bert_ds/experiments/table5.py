@@ -280,7 +280,7 @@ class Experiment:
         began = time.monotonic()
         env = None
         if self.args.jobs > 1:  # share the cores between the steps that run at once
-            threads = max(1, (os.cpu_count() or 1) // self.args.jobs)
+            threads = max(1, len(os.sched_getaffinity(0)) // self.args.jobs)  # the cores this process may use
             env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         self.progress.started(what, log)
         try:
