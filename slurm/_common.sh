@@ -86,7 +86,7 @@ wait_for_srun() {
 run_ranks() {
   local output_dir="$1"
   shift
-  mkdir -p "$output_dir/logs"
+  mkdir -p "$output_dir/logs" || return  # (set -e does not reach inside a function called with ||)
   srun --kill-on-bad-exit=1 --output "$output_dir/logs/%j-%t.log" "$@" &
   wait_for_srun "$!" "$output_dir"
 }

@@ -1,13 +1,17 @@
 """`python -m bert_ds.experiments.table5 --scale smoke` on fixtures: three pre-trainings from one
-seed, twelve cells (four rows x a pair task, SST-2, SQuAD) with two restarts each, the JSON,
-Markdown and plot, and a rerun that skips what is finished and redoes only a missing cell."""
+seed, fifteen cells (five rows x a pair task, SST-2, SQuAD) with two restarts each, the JSON,
+Markdown and plot, a rerun that skips what is finished and redoes only a missing cell, and signals."""
 
 import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
+import time
+
+import pytest
 
 from tests.support.glue_fixtures import write_all_tasks, write_sst2
 from tests.support.helpers import REPO
@@ -154,8 +158,6 @@ def test_desk_scale_runs_the_desk_recipe_and_a_random_floor(tmp_path):
 
 
 def test_a_finished_pretraining_run_is_adopted_only_when_it_matches_the_scale(tmp_path):
-    import pytest
-
     from bert_ds.errors import ConfigError
     from bert_ds.experiments.table5 import SCALES, adopt_pretrained
 
@@ -178,35 +180,56 @@ def test_a_finished_pretraining_run_is_adopted_only_when_it_matches_the_scale(tm
         adopt_pretrained(tmp_path / "t7", tmp_path / "nowhere", "mlm", SCALES["desk"])
 
 
-def test_a_signal_to_the_experiment_reaches_its_running_steps(tmp_path, shared_cache):
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_the_experiment_reaches_its_running_steps(tmp_path, shared_cache, signum, status):
     """SIGTERM (scancel, `kill`) to the experiment is forwarded to the steps it runs (a pre-training
-    then saves and ends), no further step starts, and it ends 143 saying how to go on; before, the
-    experiment died at once and left its pre-trainings running as orphans."""
-    import signal
-    import time
-
-    glue, squad, out = tmp_path / "glue", tmp_path / "squad", tmp_path / "table5"
-    write_all_tasks(glue, n=16)
-    write_squad(squad, random.Random(2))
+    then saves and ends), as is SIGINT (passed on as SIGTERM); no further step starts, and it ends
+    128 + the signal saying how to go on. Before, the experiment died at once and left its
+    pre-trainings running as orphans."""
+    glue, squad, out = _task_folders(tmp_path)
     starts, stops = tmp_path / "starts", tmp_path / "stops"
     step = tmp_path / "step.sh"  # stands in for every entrypoint: --launch "sh step.sh" runs `sh step.sh SCRIPT ARGS`
     step.write_text(f'echo "$*" >> {starts}\n'
                     f'trap \'echo "$*" >> {stops}; kill $!; exit 143\' TERM\n'
                     'sleep 120 & wait\n')
-    env = dict(os.environ, BERT_DS_CACHE=shared_cache)
-    experiment = subprocess.Popen([sys.executable, "-m", "bert_ds.experiments.table5", "--output", str(out), "--glue-dir",
-                                   str(glue), "--squad-dir", str(squad), "--scale", "smoke", "--jobs", "2",
-                                   "--launch", f"sh {step}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+    experiment = _start(out, glue, squad, step, shared_cache, "--jobs", "2")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(starts.read_text().splitlines() if starts.exists() else []) < 2:
         time.sleep(0.2)
     time.sleep(0.5)  # both shells past their `trap` line
-    experiment.send_signal(signal.SIGTERM)
+    experiment.send_signal(signum)
     stdout, stderr = experiment.communicate(timeout=60)
-    assert experiment.returncode == 143, stdout[-2000:] + stderr[-2000:]
-    assert "stopped by SIGTERM" in stderr and "the same command goes on" in stderr and "Traceback" not in stderr
+    assert experiment.returncode == status, stdout[-2000:] + stderr[-2000:]
+    assert f"stopped by {signal.Signals(signum).name}" in stderr and "the same command goes on" in stderr
+    assert "Traceback" not in stderr
     objectives = sorted(line.split("--objective ")[1].split()[0] for line in stops.read_text().splitlines())
     assert objectives == ["mlm", "mlm_nsp"]  # both running pre-trainings were told
     assert len(starts.read_text().splitlines()) == 2  # and nothing started after
     assert set(json.loads((out / "step_seconds.json").read_text())) == {"pretrain-mlm", "pretrain-mlm_nsp"}
+
+
+def test_a_step_that_a_signal_ended_stops_the_experiment_instead_of_failing_it(tmp_path, shared_cache):
+    """scancel signals every process of a job: a step may end by it before the experiment's own
+    handler runs. That is a stop (143, "goes on"), not a failed step (2, "error:")."""
+    glue, squad, out = _task_folders(tmp_path)
+    step = tmp_path / "step.sh"
+    step.write_text("kill -TERM $$\n")
+    experiment = _start(out, glue, squad, step, shared_cache)
+    stdout, stderr = experiment.communicate(timeout=120)
+    assert experiment.returncode == 143, stdout[-2000:] + stderr[-2000:]
+    assert "stopped by SIGTERM" in stderr and "error:" not in stderr
+    assert stdout.count("[table5] pre-training") == 2  # "mlm_nsp ..." and "mlm_nsp: stopped"; mlm never started
+
+
+def _task_folders(tmp_path):
+    glue, squad = tmp_path / "glue", tmp_path / "squad"
+    write_all_tasks(glue, n=16)
+    write_squad(squad, random.Random(2))
+    return glue, squad, tmp_path / "table5"
+
+
+def _start(out, glue, squad, step, cache, *more):
+    return subprocess.Popen([sys.executable, "-m", "bert_ds.experiments.table5", "--output", str(out), "--glue-dir",
+                             str(glue), "--squad-dir", str(squad), "--scale", "smoke", "--launch", f"sh {step}", *more],
+                            cwd=REPO, env=dict(os.environ, BERT_DS_CACHE=cache), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)

@@ -62,37 +62,54 @@ class Stopped(Exception):
 
 
 class StepProcesses:
-    """The running steps' subprocesses. A SIGTERM (scancel, `kill`) or SIGUSR1 (Slurm's warning
-    before a time limit) to the experiment reaches every one of them, so that a pre-training saves
-    at its next step boundary and ends instead of running on as an orphan; after it no step starts,
-    and the step that ended by it raises `Stopped`."""
+    """The running steps' subprocesses. A SIGTERM (scancel, `kill`), SIGUSR1 (Slurm's warning
+    before a time limit) or SIGINT (Ctrl-C; passed on as SIGTERM) to the experiment reaches every
+    one of them, so that a pre-training saves at its next step boundary and ends instead of running
+    on as an orphan; after it no step starts, and the step that ended by it raises `Stopped`. A step
+    that a signal ended on its own (scancel signals every process of a job, and a child may end
+    before the experiment's handler runs) raises `Stopped` too, not a failure."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+    PASSED_ON_AS = {signal.SIGINT: signal.SIGTERM}
+    # A step's exit status when a signal ended it: killed by it, or pretrain.py's own status after
+    # saving (training/loop/trainer.py: 143 for SIGTERM, 99 for SIGUSR1).
+    ENDED_BY = {**{-s: s for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)},
+                143: signal.SIGTERM, 99: signal.SIGUSR1}
 
     def __init__(self):
         self._running: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
+        self._previous: dict = {}
         self.stopped_by: int | None = None
 
     def forward_signals(self) -> None:
-        """Install the handlers (from the main thread)."""
+        """Install the handlers (from the main thread); `restore_signals` puts the previous ones back."""
         for signum in self.SIGNALS:
-            signal.signal(signum, self._forward)
+            self._previous[signum] = signal.signal(signum, self._forward)
+
+    def restore_signals(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
 
     def _forward(self, signum: int, frame) -> None:
         self.stopped_by = self.stopped_by or signum
         for process in tuple(self._running):  # one C call: no lock in a signal handler
-            _signal(process, signum)
+            _signal(process, self.PASSED_ON_AS.get(signum, signum))
+
+    def check(self) -> None:
+        """Raise `Stopped` once a stop came: no step starts after it."""
+        if self.stopped_by is not None:
+            raise Stopped(self.stopped_by)
 
     def run(self, command: list[str], **popen) -> int:
         """`subprocess.run(command, **popen).returncode`, its process told of a stop."""
-        if self.stopped_by is not None:
-            raise Stopped(self.stopped_by)
+        self.check()
         process = subprocess.Popen(command, **popen)
         with self._lock:
             self._running.add(process)
         if self.stopped_by is not None:  # the signal came between its start and the line above
-            _signal(process, self.stopped_by)
+            _signal(process, self.PASSED_ON_AS.get(self.stopped_by, self.stopped_by))
         try:
             returncode = process.wait()
         finally:
@@ -100,6 +117,8 @@ class StepProcesses:
                 self._running.discard(process)
         if returncode != 0 and self.stopped_by is not None:
             raise Stopped(self.stopped_by)
+        if returncode in self.ENDED_BY:
+            raise Stopped(self.ENDED_BY[returncode])
         return returncode
 
 

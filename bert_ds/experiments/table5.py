@@ -276,11 +276,13 @@ class Experiment:
 
     def _step(self, what: str, script: Path, args: list[str], log_name: str) -> None:
         log = self.output / "logs" / f"{log_name}.log"
+        self.processes.check()
         print(f"[table5] {what} ... (log: {log})", flush=True)
         began = time.monotonic()
         env = None
         if self.args.jobs > 1:  # share the cores between the steps that run at once
-            threads = max(1, len(os.sched_getaffinity(0)) // self.args.jobs)  # the cores this process may use
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            threads = max(1, cores // self.args.jobs)  # of the cores this process may use
             env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         self.progress.started(what, log)
         try:
@@ -395,6 +397,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     except StepFailed as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 2
+    finally:
+        experiment.processes.restore_signals()
     return 0
 
 
