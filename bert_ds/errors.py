@@ -6,6 +6,7 @@ end this way; the modules that raise them import them from here (config, data, c
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 
@@ -26,6 +27,11 @@ class CheckpointError(RuntimeError):
 
 
 USER_ERRORS = (ConfigError, DataError, TokenizerError, CheckpointError)
+
+# Exit codes of a pre-training stopped by a signal after its checkpoint: Slurm's time-limit warning
+# (SIGUSR1, the batch script requeues the job) and SIGTERM (scancel, preemption). Here, not in the
+# trainer, so that what runs pre-trainings (experiments/step_pool.py) reads them without torch.
+EXIT_CODE_FOR_SIGNAL = {signal.SIGUSR1: 99, signal.SIGTERM: 143}
 
 
 def report(error: Exception, code: int = 2) -> int:

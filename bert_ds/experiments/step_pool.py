@@ -15,6 +15,8 @@ import subprocess
 import threading
 from typing import Callable, Hashable
 
+from bert_ds.errors import EXIT_CODE_FOR_SIGNAL
+
 Step = tuple[Callable[[], object], tuple]
 """(what to call, the keys of the steps that must have ended before it starts)."""
 
@@ -72,9 +74,8 @@ class StepProcesses:
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
     PASSED_ON_AS = {signal.SIGINT: signal.SIGTERM}
     # A step's exit status when a signal ended it: killed by it, or pretrain.py's own status after
-    # saving (training/loop/trainer.py: 143 for SIGTERM, 99 for SIGUSR1).
-    ENDED_BY = {**{-s: s for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)},
-                143: signal.SIGTERM, 99: signal.SIGUSR1}
+    # saving (errors.EXIT_CODE_FOR_SIGNAL).
+    ENDED_BY = {**{-s: s for s in SIGNALS}, **{code: s for s, code in EXIT_CODE_FOR_SIGNAL.items()}}
 
     def __init__(self):
         self._running: set[subprocess.Popen] = set()
@@ -95,7 +96,7 @@ class StepProcesses:
     def _forward(self, signum: int, frame) -> None:
         self.stopped_by = self.stopped_by or signum
         for process in tuple(self._running):  # one C call: no lock in a signal handler
-            _signal(process, self.PASSED_ON_AS.get(signum, signum))
+            self._tell(process, signum)
 
     def check(self) -> None:
         """Raise `Stopped` once a stop came: no step starts after it."""
@@ -109,7 +110,7 @@ class StepProcesses:
         with self._lock:
             self._running.add(process)
         if self.stopped_by is not None:  # the signal came between its start and the line above
-            _signal(process, self.PASSED_ON_AS.get(self.stopped_by, self.stopped_by))
+            self._tell(process, self.stopped_by)
         try:
             returncode = process.wait()
         finally:
@@ -121,9 +122,8 @@ class StepProcesses:
             raise Stopped(self.ENDED_BY[returncode])
         return returncode
 
-
-def _signal(process: subprocess.Popen, signum: int) -> None:
-    try:
-        process.send_signal(signum)
-    except ProcessLookupError:  # it has just ended
-        pass
+    def _tell(self, process: subprocess.Popen, signum: int) -> None:
+        try:
+            process.send_signal(self.PASSED_ON_AS.get(signum, signum))
+        except ProcessLookupError:  # it has just ended
+            pass

@@ -17,6 +17,7 @@ from typing import Optional
 
 from bert_ds.checkpoint import pretraining as checkpoint
 from bert_ds.checkpoint.zero import CheckpointError
+from bert_ds.errors import EXIT_CODE_FOR_SIGNAL  # noqa: F401 (training/job.py imports it from here)
 from bert_ds.training.loop import faults
 from bert_ds.training.loop.watchdog import watching
 
@@ -38,11 +39,6 @@ class TrainState:
     def progress(self) -> dict:
         """What a checkpoint stores (every field but `stopped_by`)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.compare}
-
-
-# Exit codes of a run stopped by a signal after its checkpoint: Slurm's time-limit warning
-# (SIGUSR1, the batch script requeues the job) and SIGTERM (scancel, preemption).
-EXIT_CODE_FOR_SIGNAL = {signal.SIGUSR1: 99, signal.SIGTERM: 143}
 
 
 class StopRequest:
