@@ -2,8 +2,17 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-import torch
+# Idle OpenMP threads sleep instead of spinning. The suite runs two pytest workers on two cores, so
+# a job's two intra-op threads usually share the cores with another job; libgomp's default spins an
+# idle thread for a while (300,000 turns when it has the cores to itself) and takes a core away
+# from the other job doing so. Two single-process tiny pre-trainings (30 steps, 2 threads each) at
+# once took 21-36 s with the default and 11 s with PASSIVE, one alone 9.2-9.5 s vs 9.6-9.9 s
+# (2-core Xeon with AMX, 2026-12-06). Set before torch loads libgomp, which reads it once;
+# every subprocess inherits it, Slurm jobs through sbatch's exported environment.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402  (after the OpenMP setting above)
+import torch  # noqa: E402
 
 from bert_ds.runtime.cache import exclusive, publish, staging_path
 from bert_ds.config import model_preset
