@@ -3,7 +3,8 @@ process build a cached file while every other process that needs it waits.
 
 What lives there: the built-in sample's sentencepiece tokenizer and the record indexes of local
 JSON Lines and text sources (data/records/index.py; for JSON, built by the start-up check of
-every record, data/records/json_lines.py). Point BERT_DS_CACHE at a shared file system
+every record, data/records/json_lines.py), and the start-up data check of each local source
+(data/tokenizer/data_check_cache.py). Point BERT_DS_CACHE at a shared file system
 on a cluster, so one process of the whole job builds each of them once.
 """
 

@@ -194,13 +194,13 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
 def sample_sources(run: RunConfig, tokenizer, include_hub: bool = False) -> list:
     """The [UNK] check of each source's first documents (vocab_check.SourceSample each)."""
     from bert_ds.data.sources import check_sources, parse_sources
-    from bert_ds.data.tokenizer.vocab_check import sample_source
+    from bert_ds.data.tokenizer.data_check_cache import checked_sample
 
     sources = parse_sources(run.data.sources)
     # Reading a local source's first block opens its whole epoch, which builds every file's record
     # index: the start-up check does it first, announcing a long build and naming a bad record.
     check_sources(sources, run.data.txt_documents)
-    return [sample_source(s, tokenizer, run.data.seed, sentence_splitter=run.data.sentence_splitter)
+    return [checked_sample(s, tokenizer, run.data.seed, sentence_splitter=run.data.sentence_splitter)
             for s in sources if include_hub or not s.is_hub]
 
 
