@@ -3,8 +3,10 @@ data_check_cache.py): a second start gets the same report without reading the so
 change of what the report depends on (a file, the tokenizer's content or casing, the reading code)
 reads it again."""
 
+import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -75,16 +77,50 @@ def test_the_tokenizers_content_and_casing_key_it_not_its_path(corpus, reads, tm
 
 
 def test_a_change_of_the_reading_code_reads_again(corpus, reads, tmp_path, monkeypatch):
+    import bert_ds.config
+    import bert_ds.data
+
+    assert data_check_cache.READING_CODE == (Path(bert_ds.data.__file__).parent, Path(bert_ds.config.__file__))
     code = tmp_path / "data_package"
     code.mkdir()
     (code / "cleaning.py").write_text("RULE = 1\n")
-    monkeypatch.setattr(data_check_cache, "DATA_PACKAGE", code)
+    monkeypatch.setattr(data_check_cache, "READING_CODE", (code, tmp_path / "config.py"))
+    (tmp_path / "config.py").write_text("DEFAULT = 1\n")
     tokenizer = load_tokenizer("bert-base-uncased")
     data_check_cache.checked_sample(corpus, tokenizer, seed=1)
     data_check_cache.checked_sample(corpus, tokenizer, seed=1)
     (code / "cleaning.py").write_text("RULE = 22\n")
     data_check_cache.checked_sample(corpus, tokenizer, seed=1)
-    assert len(reads) == 2
+    (tmp_path / "config.py").write_text("DEFAULT = 22\n")
+    data_check_cache.checked_sample(corpus, tokenizer, seed=1)
+    assert len(reads) == 3
+    monkeypatch.setattr(data_check_cache, "READING_LIBRARIES", ("sentencepiece", "no-such-library"))
+    data_check_cache.checked_sample(corpus, tokenizer, seed=1)  # another library version: read again
+    assert len(reads) == 4
+
+
+def test_txt_documents_reach_the_check_and_key_it(corpus, reads, tmp_path):
+    tokenizer = load_tokenizer("bert-base-uncased")
+    whole = data_check_cache.checked_sample(corpus, tokenizer, seed=1, txt_documents="file")
+    paragraphs = data_check_cache.checked_sample(corpus, tokenizer, seed=1, txt_documents="blank_line")
+    assert len(reads) == 2 and whole.documents == 2 and paragraphs.documents > 2  # a book's paragraphs are documents
+    # The run's --txt-documents reaches the check (it once read each .txt whole whatever the option).
+    from bert_ds.training.config.args import parse_args
+    from bert_ds.training.plan.resolve import sample_sources
+
+    run = parse_args(["--data", f"books={corpus.location}", "--txt-documents", "blank_line", "--tokenizer", "bert-base-uncased",
+                     "--seed", "1"])
+    assert sample_sources(run, tokenizer) == [paragraphs]
+
+
+def test_a_damaged_entry_is_checked_again(corpus, reads):
+    tokenizer = load_tokenizer("bert-base-uncased")
+    first = data_check_cache.checked_sample(corpus, tokenizer, seed=1)
+    entry = data_check_cache.cache_entry(corpus, tokenizer, 1, "punkt")
+    for damage in ('{"name": "books", "documents": 2', '{"name": "books", "documents": "2"}', "[]"):
+        entry.write_text(damage)
+        assert data_check_cache.checked_sample(corpus, tokenizer, seed=1) == first
+    assert len(reads) == 4 and json.loads(entry.read_text())["documents"] == 2
 
 
 def test_hub_sources_are_read_every_time_and_an_unwritable_cache_only_costs_time(corpus, reads, tmp_path, monkeypatch):

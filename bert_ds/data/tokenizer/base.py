@@ -68,6 +68,14 @@ class BertTokenizer(abc.ABC):
     def save(self, directory: str | os.PathLike) -> None:
         """Write into `directory` the files `load_tokenizer(directory)` needs to load it again."""
 
+    def content_digest(self) -> str:
+        """A digest of what decides the ids of a text: the class, the casing and every piece (for
+        caches keyed by what a tokenizer does, not where it was loaded from)."""
+        import hashlib
+
+        text = "\n".join([type(self).__name__, self.casing(), *self.ids_to_tokens(range(self.vocab_size))])
+        return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
     def casing(self) -> str:
         """How text is normalised before lookup, and who decided it (printed at start)."""
         return "as the model was trained (sentencepiece normalises text itself)"

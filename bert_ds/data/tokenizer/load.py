@@ -56,6 +56,12 @@ class SentencePieceTokenizer(BertTokenizer):
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self._sp.encode(list(texts), out_type=int) if texts else []
 
+    def content_digest(self) -> str:
+        # The model file: its pieces and its normalisation rules, which sentencepiece applies itself.
+        import hashlib
+
+        return hashlib.sha1(self._sp.serialized_model_proto()).hexdigest()
+
     def ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
         return [self._sp.id_to_piece(int(i)) for i in ids]
 

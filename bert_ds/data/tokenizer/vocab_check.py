@@ -86,12 +86,15 @@ class SourceSample:
 
 
 def sample_source(source: DataSource, tokenizer, seed: int, max_documents: int = SAMPLE_DOCUMENTS,
-                  max_characters: int = SAMPLE_CHARACTERS, sentence_splitter: str = DEFAULT_SPLITTER) -> SourceSample:
+                  max_characters: int = SAMPLE_CHARACTERS, sentence_splitter: str = DEFAULT_SPLITTER,
+                  txt_documents: str = "file") -> SourceSample:
     """The first documents of `source` as the training stream reads them (its SourceReader, its
-    layout; raises DataError as the training stream would), each cut at `max_characters`."""
+    layout, its `.txt` documents; raises DataError as the training stream would), each cut at
+    `max_characters`."""
     from bert_ds.data.stream import SourceReader
 
-    reader = SourceReader(source, tokenizer, DataConfig(seed=seed, sentence_splitter=sentence_splitter), 0, 1, TextStats())
+    config = DataConfig(seed=seed, sentence_splitter=sentence_splitter, txt_documents=txt_documents)
+    reader = SourceReader(source, tokenizer, config, 0, 1, TextStats())
     reader.max_characters = max_characters
     documents, cut, licences = [], 0, 0
     for document in itertools.islice(reader.first_epoch_documents(), max_documents):

@@ -200,7 +200,7 @@ def sample_sources(run: RunConfig, tokenizer, include_hub: bool = False) -> list
     # Reading a local source's first block opens its whole epoch, which builds every file's record
     # index: the start-up check does it first, announcing a long build and naming a bad record.
     check_sources(sources, run.data.txt_documents)
-    return [checked_sample(s, tokenizer, run.data.seed, sentence_splitter=run.data.sentence_splitter)
+    return [checked_sample(s, tokenizer, run.data.seed, run.data.sentence_splitter, run.data.txt_documents)
             for s in sources if include_hub or not s.is_hub]
 
 
