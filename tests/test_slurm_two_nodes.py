@@ -111,8 +111,7 @@ def _what_the_job_said(tmp_path, out, job: str) -> str:
 @pytest.mark.skipif(shutil.which("iptables") is None, reason="needs iptables (apt-get install iptables; .ci/run installs it)")
 def test_a_silent_partition_ends_the_job_by_the_watchdog_and_the_requeued_job_resumes(cluster, shared_cache, tmp_path):
     out, limit = tmp_path / "run", 15
-    # 30 steps: the partition comes after the fifth, long before the last (the requeued job runs the rest).
-    job = _submit(cluster, out, shared_cache, STEP_TIMEOUT=str(limit), STOP_AT_STEP="30")
+    job = _submit(cluster, out, shared_cache, STEP_TIMEOUT=str(limit), STOP_AT_STEP="60")
     wait_for_job(cluster.client, job, lambda: (out / "latest").exists() and (out / "metrics.jsonl").exists() and len(_steps(out)) >= 5)
     _partition(cluster, "-A")
     cut_at = time.monotonic()
@@ -146,5 +145,5 @@ def test_a_silent_partition_ends_the_job_by_the_watchdog_and_the_requeued_job_re
     assert wait_until_ended(cluster.client, job, timeout=400) == "COMPLETED", (tmp_path / f"run-{job}.out").read_text()[-3000:]
     assert f"resumed from {out / saved}" in (out / "logs" / f"{job}-0.log").read_text()
     assert "Restarts=1" in cluster.client(["scontrol", "show", "job", job]).stdout
-    assert _steps(out) == list(range(1, 31))  # each step logged once
-    assert (out / "latest").read_text() == "step00000030" and (out / "step00000030" / "complete.json").is_file()
+    assert _steps(out) == list(range(1, 61))  # each step logged once
+    assert (out / "latest").read_text() == "step00000060" and (out / "step00000060" / "complete.json").is_file()
