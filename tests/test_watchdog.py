@@ -277,3 +277,42 @@ def test_the_silent_peers_are_named_from_earlier_readings_when_the_store_has_gon
     assert named.startswith("no heartbeat for 4 s from rank 2 on node2 (at step 10, step), rank 3 on node2"), named
     assert "rank 0" not in named
     assert "node1:29500 (rank 0's host) cannot be reached (DistNetworkError: Broken pipe)" in watchdog._peers((100.0, beats([5] * 4)))
+
+
+_PEER_GONE_SCRIPT = """
+import sys, time
+from bert_ds.training.loop.watchdog import Limits, Watchdog, watch
+
+class NoStore:
+    enabled = False
+    def publish(self, step, what): pass
+    def read(self): return None
+
+watchdog = Watchdog(Limits(step=4), rank=0, world_size=2, hang_dir=sys.argv[1], heartbeats=NoStore())
+with watch(watchdog):
+    watchdog.step_done(1, 0.1)
+    with watchdog.phase("collective", "the all-reduce of the step's flags"):
+        time.sleep(float(sys.argv[2]))
+        raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.77.0.11]:24976")
+"""
+
+
+@pytest.mark.parametrize("stalled_for, reported", [(2.6, True), (0.5, False)])
+def test_a_stalled_rank_whose_peer_exits_first_still_writes_its_report(tmp_path, stalled_for, reported):
+    """The first rank to trip exits and closes its connections; a peer stalled in the same
+    collective then gets gloo's "connection closed" before its own watchdog trips. Past half its
+    limit it reports the stall as the watchdog would (stacks, exit 98); a rank that was not
+    stalled (a peer that simply died) keeps the error, for the lost-contact line."""
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _PEER_GONE_SCRIPT, str(tmp_path / "hang"), str(stalled_for)],
+                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    if reported:
+        assert result.returncode == 98, result.stderr[-2000:]
+        report = (tmp_path / "hang" / "rank-0.txt").read_text()
+        first = report.splitlines()[0]
+        assert first.startswith("error: hang: collective stalled on rank 0 (") and "in the all-reduce of the step's flags" in first
+        assert "when another process's connection closed ([../third_party/gloo" in first and "Python stacks of every thread" in report
+    else:
+        assert result.returncode == 1 and "Connection closed by peer" in result.stderr
+        assert not (tmp_path / "hang").exists()

@@ -45,6 +45,7 @@ from collections import deque
 from pathlib import Path
 from typing import Optional
 
+from bert_ds.errors import lost_peer
 from bert_ds.runtime.heartbeat import Heartbeats, describe_ranks, silent_ranks
 
 EXIT_CODE_HANG = 98
@@ -115,6 +116,9 @@ class Watchdog:
         self._thread: Optional[threading.Thread] = None
         self._wake_read = self._wake_write = -1
         self._previous_wakeup: Optional[int] = None
+        self._readings: tuple = (None, None)
+        """The thread's heartbeat readings of the current stall (at half and three quarters of the limit)."""
+        self._tripping = threading.Lock()
 
     # --- called by the training loop (main thread) ---------------------------------------------
 
@@ -129,6 +133,10 @@ class Watchdog:
         started = time.monotonic()
         try:
             yield
+        except RuntimeError as error:
+            if lost_peer(error):  # here, before the phase ends and beats: its stall is still measured
+                self.peer_lost(error)  # exits when this rank was stalled too
+            raise
         finally:
             self._phases.pop()
             self.beat()
@@ -199,6 +207,7 @@ class Watchdog:
         # The peers' heartbeats when this stall reached half the limit, and again at three
         # quarters: if the store is gone by the trip (its host, rank 0, tripped a moment earlier
         # and exited), those two readings still name the silent peers.
+        self._readings = (None, None)
         earlier = later = None
         terminated_at = None
         while True:
@@ -220,18 +229,20 @@ class Watchdog:
                 self._trip(kind, what, idle, limit, earlier or (now, self.heartbeats.read()), "when SIGTERM came", later)
             if idle <= limit / 2:
                 earlier = later = None
+                self._readings = (None, None)
                 continue
             if earlier is None:
                 earlier = (now, self.heartbeats.read())
             elif later is None and idle > 0.75 * limit:
                 later = (now, self.heartbeats.read())
+            self._readings = (earlier, later)
             if idle > limit:
                 self._trip(kind, what, idle, limit, earlier, later=later)
 
     def _peers(self, earlier, later=None) -> str:
         """Who this rank waits for, from two readings of the heartbeats some seconds apart: the
         first (`earlier`) and one taken now, or `later` when the store no longer answers."""
-        if not self.heartbeats.enabled:
+        if not self.heartbeats.enabled or earlier is None:
             return ""
         since, before = earlier
         seen, now = time.monotonic(), self.heartbeats.read()
@@ -249,7 +260,24 @@ class Watchdog:
             return f"every rank is alive; behind the others: {describe_ranks(behind, now)}"
         return "every rank is alive and at the same step (a collective or device hang: see the stacks)"
 
+    def peer_lost(self, error: BaseException) -> None:
+        """A collective failed because a peer is gone. When this rank had already gone half its
+        limit without progress, that peer was most likely the first rank whose watchdog tripped on
+        the same stall (it exits, closing its connections, a moment before this rank's own
+        watchdog would trip): report the stall here too (stacks, the line, EXIT_CODE_HANG), so that
+        every stalled rank leaves its report, and not only whichever tripped first. Otherwise return."""
+        if self._thread is None:
+            return
+        limit, (kind, what) = self.limit(), self._phases[-1]
+        idle = time.monotonic() - self._last_beat
+        if idle <= limit / 2:
+            return
+        earlier, later = self._readings
+        cause = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        self._trip(kind, what, idle, limit, earlier, f"when another process's connection closed ({cause})", later)
+
     def _trip(self, kind: str, what: str, idle: float, limit: float, earlier, when: str = "", later=None) -> None:
+        self._tripping.acquire()  # the thread and the main thread never both report: the first one exits
         peers = self._peers(earlier, later)
         path = self.hang_dir / f"rank-{self.rank}.txt" if self.hang_dir else None
         line = (f"error: hang: {_STALL[kind]} on rank {self.rank} ({self.host}) after step {self.step}: no progress for "
