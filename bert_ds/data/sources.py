@@ -180,7 +180,7 @@ def file_kind(path: str, layout: str = "") -> Optional[str]:
     kind = _FORMATS.get(Path(path).suffix)
     if kind in ("json", "parquet"):
         return kind
-    if layout == "wikiextractor" or _starts_with_doc(*_file_key(path)):
+    if layout == "wikiextractor" or _starts_with_doc(*file_key(path)):
         return "wikiextractor"
     return kind
 
@@ -208,7 +208,7 @@ def _listed(path: Path) -> bool:
     """A folder's file that is part of the corpus: a known extension, or WikiExtractor output."""
     if path.suffix in _FORMATS:
         return True
-    return not path.name.startswith(".") and _starts_with_doc(*_file_key(str(path)))
+    return not path.name.startswith(".") and _starts_with_doc(*file_key(str(path)))
 
 
 def _default_name(location: str, index: int) -> str:
@@ -268,7 +268,7 @@ def check_sources(sources: list[DataSource], txt_documents: str = "file") -> Non
             hub_parquet(source)  # lists the files, reads (and caches) the footers
             continue
         files = local_files(source)
-        key = (source.name, txt_documents, tuple(_file_key(path) for path in files))
+        key = (source.name, txt_documents, tuple(file_key(path) for path in files))
         if key in _CHECKED_SOURCES:  # rank 0 checks in its plan, then in its loader
             continue
         if source.is_prepared:
@@ -314,7 +314,8 @@ _CHECKED_SOURCES: set[tuple] = set()
 """Sources (their files' paths, sizes and mtimes) that passed check_sources in this process."""
 
 
-def _file_key(path: str) -> tuple:
+def file_key(path: str) -> tuple:
+    """(path, size, modification time): a file's state, for what is computed from it and kept."""
     status = os.stat(path)
     return path, status.st_size, status.st_mtime_ns
 

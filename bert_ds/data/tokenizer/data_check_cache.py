@@ -28,7 +28,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from bert_ds.data.sources import DataSource, local_files, record_layout
+from bert_ds.data.sources import DataSource, file_key, local_files, record_layout
 from bert_ds.data.text.splitters import DEFAULT_SPLITTER
 from bert_ds.data.tokenizer.vocab_check import SAMPLE_CHARACTERS, SAMPLE_DOCUMENTS, SourceSample, sample_source
 
@@ -63,20 +63,15 @@ def cache_entry(source: DataSource, tokenizer, seed: int, sentence_splitter: str
     from bert_ds.runtime.cache import cache_dir
 
     files = local_files(source)
-    key = json.dumps([source.name, str(record_layout(source, files)), [_file_state(path) for path in files],
+    key = json.dumps([source.name, str(record_layout(source, files)), [file_key(os.path.realpath(path)) for path in files],
                       tokenizer.content_digest(), seed, sentence_splitter, txt_documents, SAMPLE_DOCUMENTS,
                       SAMPLE_CHARACTERS, _reading_code()])
     return cache_dir() / "data-check" / f"{hashlib.sha1(key.encode()).hexdigest()}.json"
 
 
-def _file_state(path: str | Path) -> tuple[str, int, int]:
-    status = os.stat(path)
-    return os.path.realpath(path), status.st_size, status.st_mtime_ns
-
-
 def _reading_code() -> list:
     files = [path for place in READING_CODE for path in (sorted(place.rglob("*.py")) if place.is_dir() else [place])]
-    return [[_file_state(path) for path in files], [_version(name) for name in READING_LIBRARIES], sys.version]
+    return [[file_key(os.path.realpath(path)) for path in files], [_version(name) for name in READING_LIBRARIES], sys.version]
 
 
 def _version(distribution: str) -> str:

@@ -45,7 +45,7 @@ from collections import deque
 from pathlib import Path
 from typing import Optional
 
-from bert_ds.errors import lost_peer
+from bert_ds.errors import first_line, lost_peer
 from bert_ds.runtime.heartbeat import Heartbeats, describe_ranks, silent_ranks
 
 EXIT_CODE_HANG = 98
@@ -208,7 +208,6 @@ class Watchdog:
         # quarters: if the store is gone by the trip (its host, rank 0, tripped a moment earlier
         # and exited), those two readings still name the silent peers.
         self._readings = (None, None)
-        earlier = later = None
         terminated_at = None
         while True:
             # Ticks follow the step limit on every rank alike, whatever phase each is in, so that
@@ -224,18 +223,18 @@ class Watchdog:
             self.heartbeats.publish(self.step, what)
             now = time.monotonic()
             idle = now - self._last_beat
+            earlier, later = self._readings
             if terminated_at is not None and self._last_beat < terminated_at and kind not in _SLOW_KINDS \
                     and idle > self._term_grace():
                 self._trip(kind, what, idle, limit, earlier or (now, self.heartbeats.read()), "when SIGTERM came", later)
             if idle <= limit / 2:
-                earlier = later = None
                 self._readings = (None, None)
                 continue
             if earlier is None:
                 earlier = (now, self.heartbeats.read())
             elif later is None and idle > 0.75 * limit:
                 later = (now, self.heartbeats.read())
-            self._readings = (earlier, later)
+            self._readings = (earlier, later)  # also read by peer_lost, on the main thread
             if idle > limit:
                 self._trip(kind, what, idle, limit, earlier, later=later)
 
@@ -273,8 +272,7 @@ class Watchdog:
         if idle <= limit / 2:
             return
         earlier, later = self._readings
-        cause = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-        self._trip(kind, what, idle, limit, earlier, f"when another process's connection closed ({cause})", later)
+        self._trip(kind, what, idle, limit, earlier, f"when another process's connection closed ({first_line(error, 200)})", later)
 
     def _trip(self, kind: str, what: str, idle: float, limit: float, earlier, when: str = "", later=None) -> None:
         self._tripping.acquire()  # the thread and the main thread never both report: the first one exits
