@@ -24,12 +24,16 @@ Usage: python benchmarks/learning_parity.py [--modes strict recipe] [--presets m
        [--strict-steps 300] [--recipe-steps 600] [--seeds 3] [--precisions fp32 bf16]
        [--batch 32] [--seq-length 128] [--lr 3e-4] [--warmup-fraction 0.1] [--eval-interval 50]
        [--eval-samples 512] [--data SPEC ...] [--eval-data SPEC ...] [--tokenizer T]
-       [--recipe-dropout 0.1] [--adam-beta2 0.999] [--until-accuracy 0.25]
+       [--recipe-dropout 0.1] [--adam-beta2 0.999] [--until-accuracy 0.25 [--chase [ACCURACY]]]
        [--save-interval N] [--stop-at-step N] [--output DIR] [--json PATH] [--summarize]
 A real corpus: --data books=DIR/books@words wiki=DIR/wiki@words --eval-data ... --tokenizer
 bert-base-uncased. Both sides are post-LN (Hugging Face's BERT has no pre-LN variant).
 Writes OUTPUT/<mode>-<preset>-<precision>-seed<S>-<side>.jsonl (metrics files with train_seconds)
 and OUTPUT/<mode>-<preset>.png (`python -m bert_ds.plot --x seconds` of seed 0's runs).
+A pair that ends at --until-accuracy with bert_ds a little below HF's final accuracy has no time
+to that accuracy for bert_ds; --chase lets bert_ds go on alone (the same batch stream, each step
+timed as in the pair) until it reaches it, so the ratio exists. The table's accuracies stay those
+at the pair's end.
 A pair of hours: --save-interval N (and --stop-at-step, SIGTERM, SIGINT) save both sides under
 OUTPUT/state-*; the same command goes on from there (benchmarks/parity_state.py).
 """
@@ -117,10 +121,18 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
     from bert_ds.training.loop.trainer import StopRequest
 
     stop = StopRequest(parity_state.EXIT_CODE_FOR_SIGNAL)
-    if reached(evals, sides, args.until_accuracy, progress["step"]):
+    # Once the pair has ended, --chase lets bert_ds go on alone: progress["chase"] = {start, target}.
+    chase = progress.get("chase")
+    if chase is None and reached(evals, sides, args.until_accuracy, progress["step"]):
         # A pair saved where it ended: the same command again summarises it without recomputing.
         print(f"  {mode} {preset} {precision} seed {seed}: ended at step {progress['step']} (both sides at "
               f"{args.until_accuracy:.0%} or more held out)", flush=True)
+        chase = progress["chase"] = start_chase(args, evals, progress["step"])
+        if chase is None:
+            steps = progress["step"]
+    elif chase and chased(evals, chase, progress["step"]):
+        print(f"  {mode} {preset} {precision} seed {seed}: bert_ds reached {chase['target']:.2%} held out alone at "
+              f"step {progress['step']} (the pair ended at {chase['start']})", flush=True)
         steps = progress["step"]
     batches = iter(loader)
     began = time.perf_counter()
@@ -128,7 +140,8 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
         batch = to_device(next(batches), layout.device)
         batch_tokens = int(batch["attention_mask"].sum())
         progress["tokens"] += batch_tokens
-        for side in sides if step % 2 == 0 else sides[::-1]:
+        active = [ours] if chase else sides if step % 2 == 0 else sides[::-1]
+        for side in active:
             (mlm, nsp, lr), spent = timed(side, batch)
             seconds[side.name] += spent
             records[side.name].append(dict(step=step + 1, consumed_tokens=progress["tokens"], train_seconds=seconds[side.name],
@@ -137,16 +150,20 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
         progress["step"] = step + 1
         finished = False
         if (step + 1) % args.eval_interval == 0 or step + 1 == steps:
-            for side in sides:
+            for side in active:
                 mlm_acc, nsp_acc, mlm_loss = side.evaluate(eval_set)
                 evals[side.name].append({"step": step + 1, "consumed_tokens": progress["tokens"], "train_seconds": seconds[side.name],
                                          "eval/mlm_accuracy": mlm_acc, "eval/nsp_accuracy": nsp_acc, "eval/mlm_loss": mlm_loss})
             print(f"  {mode} {preset} {precision} seed {seed}: step {step + 1}/{steps} | "
                   + " | ".join(f"{s.name} mlm_acc {evals[s.name][-1]['eval/mlm_accuracy']:.4f} "
-                               f"({seconds[s.name]:.0f}s)" for s in sides)
+                               f"({seconds[s.name]:.0f}s)" for s in active)
                   + f" | {time.perf_counter() - began:.0f}s", flush=True)
-            # Both sides past the target: the run has shown what it is for.
-            finished = reached(evals, sides, args.until_accuracy, step + 1)
+            if chase:
+                finished = chased(evals, chase, step + 1)
+            # Both sides past the target: the run has shown what it is for, unless bert_ds goes on alone.
+            elif reached(evals, sides, args.until_accuracy, step + 1):
+                chase = progress["chase"] = start_chase(args, evals, step + 1)
+                finished = chase is None
         stopping = stop.signal or step + 1 == args.stop_at_step
         if saving and (stopping or finished or (args.save_interval and (step + 1) % args.save_interval == 0)):
             print(f"  saved {parity_state.save(root, ours, hf, loader, progress, settings)}", flush=True)
@@ -156,17 +173,36 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
                   "the same command goes on from there", flush=True)
             sys.exit(stop.exit_code())
         if finished:
-            steps = step + 1
             break
     teardown_parallel()
-    return dict(mode=mode, preset=preset, precision=precision, seed=seed, steps=steps, records=records, evals=evals,
-                seconds=seconds)
+    # The pair's steps are HF's: a chase adds steps to bert_ds's side only.
+    return dict(mode=mode, preset=preset, precision=precision, seed=seed, steps=records["hf"][-1]["step"],
+                records=records, evals=evals, seconds=seconds)
+
+
+def start_chase(args, evals: dict, step: int) -> Optional[dict]:
+    """At the end of a pair, with --chase: the accuracy bert_ds goes on to alone (HF's final one
+    unless --chase names one), or None when there is nothing to chase."""
+    if args.chase is None:
+        return None
+    target = evals["hf"][-1]["eval/mlm_accuracy"] if args.chase == "hf" else args.chase
+    if evals["bert_ds"][-1]["eval/mlm_accuracy"] >= target:
+        return None
+    print(f"  the pair ended at step {step}; bert_ds goes on alone until {target:.2%} held out "
+          f"(at most to step {args.recipe_steps})", flush=True)
+    return dict(start=step, target=target)
 
 
 def reached(evals: dict, sides, target: Optional[float], step: int) -> bool:
     """Whether both sides' evaluation at `step` reached the --until-accuracy target."""
     return target is not None and all(evals[s.name] and evals[s.name][-1]["step"] == step
                                 and evals[s.name][-1]["eval/mlm_accuracy"] >= target for s in sides)
+
+
+def chased(evals: dict, chase: dict, step: int) -> bool:
+    """Whether bert_ds's evaluation at `step` reached the accuracy it chases alone."""
+    last = evals["bert_ds"][-1]
+    return last["step"] == step and last["eval/mlm_accuracy"] >= chase["target"]
 
 
 def time_to(evals: list[dict], target: float):
@@ -233,7 +269,8 @@ def loss_windows(pair: dict) -> list[dict]:
 def recipe_summary(pairs: list[dict], until: Optional[float] = None) -> dict:
     """Final accuracies, speeds and the time each side takes to HF's final accuracy; with `until`
     (--until-accuracy) also the time to that accuracy, which both sides of an ended pair reached."""
-    final = {side: [p["evals"][side][-1] for p in pairs] for side in ("bert_ds", "hf")}
+    # Each side at the pair's last evaluation; a chase's later ones count only for the time to HF's accuracy.
+    final = {side: [[e for e in p["evals"][side] if e["step"] <= p["steps"]][-1] for p in pairs] for side in ("bert_ds", "hf")}
     ratios, times = [], {"bert_ds": [], "hf": []}
     for pair in pairs:
         target = pair["evals"]["hf"][-1]["eval/mlm_accuracy"]
@@ -241,7 +278,10 @@ def recipe_summary(pairs: list[dict], until: Optional[float] = None) -> dict:
         for side, seconds in reached.items():
             times[side].append(seconds)
         ratios.append(reached["bert_ds"] / reached["hf"] if reached["bert_ds"] is not None else None)
-    speed = {side: [p["steps"] / p["seconds"][side] for p in pairs] for side in ("bert_ds", "hf")}
+    speed = {side: [p["records"][side][-1]["step"] / p["seconds"][side] for p in pairs] for side in ("bert_ds", "hf")}
+    chases = [dict(seed=p["seed"], start=p["steps"], end=p["evals"]["bert_ds"][-1]["step"],
+                   accuracy=p["evals"]["bert_ds"][-1]["eval/mlm_accuracy"], target=p["evals"]["hf"][-1]["eval/mlm_accuracy"])
+               for p in pairs if p["evals"]["bert_ds"][-1]["step"] > p["steps"]]
     # One seed's final accuracy moves by about a tenth of a point between seeds: a side ending a
     # hair below the other's final accuracy never "reaches" it. The seed-mean curves are the
     # headline; the per-seed ratios show the spread.
@@ -254,7 +294,7 @@ def recipe_summary(pairs: list[dict], until: Optional[float] = None) -> dict:
         to_target = dict(target_accuracy=until, seed_mean_curve_seconds_to_target=seconds,
                          seed_mean_curve_target_ratio=(seconds["bert_ds"] / seconds["hf"]
                                                        if None not in seconds.values() else None))
-    return dict(**to_target, loss_windows=[loss_windows(p) for p in pairs],
+    return dict(**to_target, loss_windows=[loss_windows(p) for p in pairs], bert_ds_alone_after_the_pair=chases,
         preset=pairs[0]["preset"], precision=pairs[0]["precision"], steps=pairs[0]["steps"], seeds=[p["seed"] for p in pairs],
         mlm_accuracy={s: _mean_std([f["eval/mlm_accuracy"] for f in final[s]]) for s in final},
         nsp_accuracy={s: _mean_std([f["eval/nsp_accuracy"] for f in final[s]]) for s in final},
@@ -335,6 +375,9 @@ def print_tables(results: dict) -> None:
             print(f"{row['preset']} {row['precision']}: time to {row['target_accuracy']:.0%} held out (seed-mean curves): "
                   + ", ".join(f"{side} {'never' if t is None else f'{t:.0f} s'}" for side, t in seconds.items())
                   + ("" if ratio is None else f", bert_ds / HF {ratio:.2f}"))
+        for c in row["bert_ds_alone_after_the_pair"]:
+            print(f"{row['preset']} {row['precision']} seed {c['seed']}: bert_ds went on alone from step {c['start']} "
+                  f"to {c['end']}: {c['accuracy']:.2%} held out against HF's final {c['target']:.2%}")
         if row["steps"] >= 1000:  # a long pair: its curves as a table, window by window
             print(f"{row['preset']} {row['precision']} seed {row['seeds'][0]}: mean training loss (MLM / NSP) and "
                   "held-out MLM accuracy per evaluation window")
@@ -361,6 +404,11 @@ def read_pairs(output: Path, mode: str, preset: str) -> list[dict]:
     return [pairs[key] for key in sorted(pairs)]
 
 
+def chase_target(text: str):
+    """--chase's value: an accuracy, or "hf" (its default) for HF's final one."""
+    return text if text == "hf" else float(text)
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", nargs="+", choices=["strict", "recipe"], default=["strict", "recipe"])
@@ -385,6 +433,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--until-accuracy", type=float, default=None,
                         help="end a pair early once both sides reach this held-out MLM accuracy (at an evaluation; "
                              "0 ends it at the first); it is saved there when saving")
+    parser.add_argument("--chase", nargs="?", const="hf", type=chase_target, metavar="ACCURACY",
+                        help="once a pair ends at --until-accuracy, bert_ds goes on alone (same batches) until its held-out "
+                             "MLM accuracy reaches HF's final one, or ACCURACY, or --recipe-steps: its time to HF's final "
+                             "accuracy then exists when it ended the pair a little below it")
     parser.add_argument("--save-interval", type=int, default=0,
                         help="save both sides every N steps under OUTPUT/state-*; the same command resumes (0: never)")
     parser.add_argument("--stop-at-step", type=int, default=0,
@@ -394,6 +446,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--summarize", action="store_true",
                         help="train nothing: summarise the runs already in --output")
     args = parser.parse_args(argv)
+    if args.chase is not None and args.until_accuracy is None:
+        parser.error("--chase goes on after a pair that ended at --until-accuracy: give --until-accuracy too")
     if args.summarize:
         results = {"strict": [], "recipe": [], "args": vars(args)}
         for preset in args.presets:

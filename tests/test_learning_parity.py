@@ -78,3 +78,39 @@ def test_a_pair_that_ended_is_saved_where_it_ended_and_not_trained_again(shared_
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert "ended at step 3" in again.stdout and "saved" not in again.stdout, again.stdout[-2000:]
     assert _curves(output) == curves
+
+
+def _chase(shared_cache, output, *extra: str) -> subprocess.CompletedProcess:
+    # A target of 0 ends the pair at step 3; bert_ds then chases an accuracy it cannot reach, alone, to step 6.
+    return _run(shared_cache, "--output", str(output), "--save-interval", "100", "--until-accuracy", "0",
+                "--chase", "1.0", *extra)
+
+
+def test_bert_ds_chases_alone_after_the_pair_and_resumes_mid_chase(shared_cache, tmp_path):
+    whole = _chase(shared_cache, tmp_path / "whole")
+    assert whole.returncode == 0, whole.stdout[-2000:] + whole.stderr[-2000:]
+    assert "the pair ended at step 3; bert_ds goes on alone until 100.00% held out" in whole.stdout
+    curves = _curves(tmp_path / "whole")
+    assert [r["step"] for r in curves["hf"] if "mlm_loss" in r] == [1, 2, 3]
+    assert [r["step"] for r in curves["bert_ds"] if "mlm_loss" in r] == list(range(1, 7))
+    assert [r["step"] for r in curves["bert_ds"] if "eval/mlm_accuracy" in r] == [3, 6]
+    stopped = _chase(shared_cache, tmp_path / "stopped", "--stop-at-step", "5")
+    assert stopped.returncode == 0 and "stopped at step 5" in stopped.stdout, stopped.stdout[-2000:]
+    resumed = _chase(shared_cache, tmp_path / "stopped")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "at step 5" in resumed.stdout and "the pair ended" not in resumed.stdout, resumed.stdout[-2000:]
+    assert _curves(tmp_path / "stopped") == curves
+    summary = subprocess.run([*COMMAND, "--output", str(tmp_path / "whole"), "--summarize", "--json",
+                              str(tmp_path / "summary.json")], capture_output=True, text=True, timeout=120)
+    assert "seed 0: bert_ds went on alone from step 3 to 6" in summary.stdout, summary.stdout[-2000:] + summary.stderr[-2000:]
+    row = json.loads((tmp_path / "summary.json").read_text())["recipe"][0]
+    hf_final = [r for r in curves["hf"] if "eval/mlm_accuracy" in r][-1]["eval/mlm_accuracy"]
+    assert row["bert_ds_alone_after_the_pair"][0]["target"] == hf_final and row["steps"] == 3
+    # The table compares both sides at the pair's end (step 3), not bert_ds's chase.
+    at_end = [r for r in curves["bert_ds"] if "eval/mlm_accuracy" in r][0]["eval/mlm_accuracy"]
+    assert row["mlm_accuracy"]["bert_ds"]["values"] == [at_end]
+
+
+def test_chase_without_until_accuracy_is_refused(shared_cache, tmp_path):
+    refused = _run(shared_cache, "--output", str(tmp_path), "--chase")
+    assert refused.returncode == 2 and "give --until-accuracy too" in refused.stderr, refused.stderr[-2000:]
