@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from megatron.core.tensor_parallel import ColumnParallelLinear, VocabParallelEmbedding
+from megatron.core.tensor_parallel import ColumnParallelLinear
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_block import TransformerBlock, TransformerBlockSubmodules
 
 from bert_ds.config import ModelConfig
 from bert_ds.model.dropout import Dropout
+from bert_ds.model import norms
 from bert_ds.model.layers import layer_norm_impl
 from bert_ds.model.selection import selected_rows
 from bert_ds.model.unpadding import PackedTokens
@@ -51,18 +52,18 @@ class BertEmbeddings(MegatronModule):
     def __init__(self, config: ModelConfig, transformer_config, tp_group):
         super().__init__(config=transformer_config)
         std = config.init_method_std
-        self.word_embeddings = VocabParallelEmbedding(
+        self.word_embeddings = norms.VocabParallelEmbedding(
             config.vocab_size,
             config.hidden_size,
             init_method=transformer_config.init_method,
             config=transformer_config,
             tp_group=tp_group,
         )
-        self.position_embeddings = torch.nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = torch.nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.position_embeddings = norms.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = norms.Embedding(config.type_vocab_size, config.hidden_size)
         torch.nn.init.normal_(self.position_embeddings.weight, std=std)
         torch.nn.init.normal_(self.token_type_embeddings.weight, std=std)
-        self.layernorm = torch.nn.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon)
+        self.layernorm = norms.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon)
         self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
@@ -178,7 +179,7 @@ class BertLMHead(MegatronModule):
     def __init__(self, config: ModelConfig, transformer_config, tp_group):
         super().__init__(config=transformer_config)
         self.dense = _normal_linear(config.hidden_size, config.hidden_size, config.init_method_std)
-        self.layernorm = torch.nn.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon)
+        self.layernorm = norms.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon)
         self.decoder = ColumnParallelLinear(
             config.hidden_size,
             config.vocab_size,

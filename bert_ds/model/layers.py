@@ -25,6 +25,7 @@ from megatron.core.transformer.identity_op import IdentityOp
 from megatron.core.transformer.mlp import MLP, MLPSubmodules
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.spec_utils import ModuleSpec, build_module
+from megatron.core.transformer.torch_norm import WrappedTorchNorm
 from megatron.core.transformer.transformer_layer import (
     BaseTransformerLayer,
     TransformerLayer,
@@ -33,6 +34,7 @@ from megatron.core.transformer.transformer_layer import (
 
 from bert_ds.model.attention import sdpa_core_attention
 from bert_ds.model.dropout import get_bias_dropout_add
+from bert_ds.model.norms import MegatronLayerNorm
 
 _LOCAL = LocalSpecProvider()
 
@@ -201,8 +203,10 @@ def _mlp_spec() -> ModuleSpec:
 
 
 def layer_norm_impl():
-    """megatron's LayerNorm choice: apex's fused kernel where installed, torch's otherwise."""
-    return _LOCAL.layer_norm(rms_norm=False, for_qk=False)
+    """megatron's LayerNorm choice: apex's fused kernel where installed; otherwise torch's, as
+    model/norms.py's MegatronLayerNorm (fp32 sums for a bf16 model on a CPU)."""
+    chosen = _LOCAL.layer_norm(rms_norm=False, for_qk=False)
+    return MegatronLayerNorm if chosen is WrappedTorchNorm else chosen
 
 
 def _checkpoint_params(activation_checkpointing: bool, rng_tracker) -> dict:
