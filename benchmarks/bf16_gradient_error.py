@@ -27,7 +27,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,16 +48,11 @@ def kind(name: str) -> str:
     return "encoder"
 
 
-def hf_gradients(model, batch: dict, autocast: bool) -> dict:
-    model.zero_grad(set_to_none=True)
-    with torch.autocast(batch["input_ids"].device.type, dtype=torch.bfloat16, enabled=autocast):
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], token_type_ids=batch["token_type_ids"])
-    labels = batch["labels"].masked_fill(~batch["loss_mask"], -100)
-    logits = out.prediction_logits.float()
-    loss = (F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
-            + F.cross_entropy(out.seq_relationship_logits.float(), batch["next_sentence_label"]))
-    loss.backward()
-    return {name: p.grad.float().clone() for name, p in model.named_parameters() if p.grad is not None}
+def hf_gradients(hf, batch: dict, precision: str) -> dict:
+    hf.model.zero_grad(set_to_none=True)
+    mlm, nsp = hf.losses(batch, precision)
+    (mlm + nsp).backward()
+    return {name: p.grad.float().clone() for name, p in hf.model.named_parameters() if p.grad is not None}
 
 
 def bert_ds_gradients(model, batch: dict, layout) -> dict:
@@ -136,8 +130,8 @@ def main(argv=None) -> dict:
     rows, previous = [], None
     for index in range(args.batches):
         batch = next(batches)
-        hf_fp32 = hf_gradients(hf.model, batch, autocast=False)
-        row = {"batch": index, "hf autocast": error(hf_fp32, hf_gradients(hf.model, batch, autocast=True))}
+        hf_fp32 = hf_gradients(hf, batch, "fp32")
+        row = {"batch": index, "hf autocast": error(hf_fp32, hf_gradients(hf, batch, "bf16"))}
         ours_fp32 = bert_ds_gradients(ours.model, batch, layout)
         ours.model.to(torch.bfloat16)
         row["bert_ds bf16"] = error(ours_fp32, bert_ds_gradients(ours.model, batch, layout))

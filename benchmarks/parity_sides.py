@@ -79,17 +79,21 @@ class HuggingFaceSide:
     def initial_state(self) -> dict:
         return {name: tensor.detach().clone() for name, tensor in self.model.state_dict().items()}
 
-    def step(self, batch: dict) -> tuple[float, float, float]:
+    def losses(self, batch: dict, precision: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """BertForPreTraining's own MLM and NSP losses of `batch` (labels -100 outside the masked
+        positions), its forward in `precision` (bf16: autocast)."""
         from bert_ds.runtime.device import autocast
 
-        lr = self.scheduler.get_last_lr()[0]
-        with autocast(self.precision):
+        with autocast(precision):
             out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                              token_type_ids=batch["token_type_ids"])
-        # BertForPreTraining's own loss: labels -100 outside the masked positions.
         labels = batch["labels"].masked_fill(~batch["loss_mask"], -100)
         mlm = F.cross_entropy(out.prediction_logits.float().view(-1, self.vocab), labels.view(-1), ignore_index=-100)
-        nsp = F.cross_entropy(out.seq_relationship_logits.float(), batch["next_sentence_label"])
+        return mlm, F.cross_entropy(out.seq_relationship_logits.float(), batch["next_sentence_label"])
+
+    def step(self, batch: dict) -> tuple[float, float, float]:
+        lr = self.scheduler.get_last_lr()[0]
+        mlm, nsp = self.losses(batch, self.precision)
         (mlm + nsp).backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()

@@ -6,6 +6,12 @@ table, in the parameters' dtype; in bf16 those sums over a 128 x 128 batch came 
 weights in fp32 and in bf16 see one batch: every parameter's bf16 gradient must be within 2%
 (relative norm) of the fp32 one, for both layer orders."""
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -55,12 +61,6 @@ def test_a_bf16_layernorm_on_a_cpu_returns_bf16_and_fp32_takes_torchs_path():
 def test_the_benchmark_compares_both_sides_bf16_gradients_with_their_fp32_ones(tmp_path, shared_cache):
     """benchmarks/bf16_gradient_error.py on the built-in sample (fresh weights): both sides, every
     kind, a scale row, and bert_ds's sums over a batch's tokens as close as its matrices'."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     out = tmp_path / "errors.json"
     done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "benchmarks" / "bf16_gradient_error.py"),
                            "--preset", "tiny", "--batch", "64", "--seq-length", "128", "--batches", "2", "--threads", "1",
