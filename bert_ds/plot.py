@@ -2,6 +2,7 @@
 
     python -m bert_ds.plot runs/base/metrics.jsonl runs/large/metrics.jsonl -o curves.png
     python -m bert_ds.plot runs/base/metrics.jsonl --x tokens --labels base --title "BERT-base"
+    python -m bert_ds.plot runs/*/metrics.jsonl --crossings 0.18 0.2 0.25   # and a table, see below
 
 A metrics file is what `--metrics-file` writes (bert_ds/training/loop/metrics.py): training lines (they
 have "loss") and held-out evaluation lines (they have "eval/mlm_loss" and no "loss"); other lines
@@ -12,6 +13,11 @@ Panels: MLM loss, NSP loss (only if some run has NSP), accuracy, learning rate, 
 colour per run; training solid, evaluation dashed with markers. `--x both` (the default) draws one
 row against optimizer steps and one against consumed tokens. Labels default to each file's parent
 directory name (runs/base/metrics.jsonl -> "base"), or its stem when those names clash.
+
+`--crossings LEVEL ...` also prints a Markdown table: for each run, the step (or, with `--x tokens`
+or `--x seconds`, the tokens or training seconds) at which its held-out masked-LM accuracy first
+reaches each level, linear between the two evaluations around it; "-" where it never does. Runs
+that leave a plateau at different times compare by it better than by their accuracy at one step.
 
 Exit status 0 (the output path is printed), or 2 with one `error: ...` line on stderr naming the
 file (and line) that could not be read.
@@ -138,6 +144,35 @@ def draw(runs: Sequence[tuple[Records, Records]], labels: Sequence[str], output:
     fig.savefig(output)
 
 
+def crossing(evals: Records, level: float, x_key: str = "step") -> Optional[float]:
+    """Where the held-out MLM accuracy of `evals` first reaches `level`, on `x_key`, linear
+    between the evaluation before and the one that reaches it; None if none does."""
+    previous = None
+    for record in evals:
+        x, accuracy = _number(record.get(x_key)), _number(record.get("eval/mlm_accuracy"))
+        if not (math.isfinite(x) and math.isfinite(accuracy)):
+            continue
+        if accuracy >= level:
+            if previous is None:
+                return x
+            x0, accuracy0 = previous
+            return x0 + (level - accuracy0) / (accuracy - accuracy0) * (x - x0)
+        previous = (x, accuracy)
+    return None
+
+
+def crossings_table(runs: Sequence[tuple[Records, Records]], labels: Sequence[str], levels: Sequence[float],
+                    x: str = "steps") -> str:
+    """A Markdown table: one row per run, one column per level, the crossing on the `x` axis."""
+    x_key, x_label = X_AXES[x]
+    lines = [f"| run ({x_label} at held-out MLM accuracy) | " + " | ".join(f"{level:.1%}" for level in levels) + " |",
+             "|---|" + "---|" * len(levels)]
+    for (_, evals), label in zip(runs, labels):
+        cells = [crossing(evals, level, x_key) for level in levels]
+        lines.append(f"| {label} | " + " | ".join("-" if c is None else f"{c:,.0f}" for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def _style_axes(ax: Any, title: str, x_label: str, x_name: str) -> None:
     ax.set_title(title, fontsize=11)
     ax.set_xlabel(x_label, fontsize=9)
@@ -158,7 +193,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--labels", nargs="+", help="one run name per file (default: parent directory names)")
     parser.add_argument("--x", choices=("steps", "tokens", "seconds", "both"), default="both", help="x axis (default: both)")
     parser.add_argument("--title", help="figure title")
+    parser.add_argument("--crossings", nargs="+", type=float, metavar="LEVEL",
+                        help="also print where each run's held-out MLM accuracy first reaches each LEVEL (0-1)")
     args = parser.parse_args(argv)
+    bad_levels = [level for level in args.crossings or () if not 0.0 < level <= 1.0]
+    if bad_levels:
+        print(f"error: --crossings: an accuracy level lies in (0, 1], got {bad_levels[0]:g}", file=sys.stderr)
+        return 2
     if args.labels is not None and len(args.labels) != len(args.metrics):
         print(f"error: --labels has {len(args.labels)} names for {len(args.metrics)} files", file=sys.stderr)
         return 2
@@ -167,10 +208,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except MetricsFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    labels = args.labels or default_labels(args.metrics)
+    if args.crossings:
+        print(crossings_table(runs, labels, args.crossings, "steps" if args.x == "both" else args.x))
     output = Path(args.output)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        draw(runs, args.labels or default_labels(args.metrics), str(output), args.x, args.title)
+        draw(runs, labels, str(output), args.x, args.title)
     except OSError as exc:
         print(f"error: {output}: cannot write: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -146,3 +146,24 @@ def test_module_entry_point_exits_2_without_traceback(tmp_path):
                           cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"error: {missing}: cannot read: No such file or directory"]
+
+
+def test_crossings_interpolate_between_evaluations(tmp_path, capsys):
+    # held-out accuracy 0.10, 0.14, 0.20, 0.30 at steps 100..400 (a resumed line for 300 wins)
+    evals = [{**eval_line(step, 7.0), "eval/mlm_accuracy": acc} for step, acc in
+             ((100, 0.10), (200, 0.14), (300, 0.99), (300, 0.20), (400, 0.30))]
+    path = write_lines(tmp_path / "run" / "metrics.jsonl", [train_line(100, 7.0), *evals])
+    output = tmp_path / "curves.png"
+    assert main([str(path), "-o", str(output), "--crossings", "0.05", "0.17", "0.25", "0.5"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("| run (optimizer step at held-out MLM accuracy) | 5.0% | 17.0% | 25.0% | 50.0% |")
+    # before the first evaluation: its step; 0.17 halfway from 0.14 to 0.20; 0.25 halfway to 0.30; never 0.5
+    assert table[2] == "| run | 100 | 250 | 350 | - |"
+    assert table[3] == str(output) and output.exists()
+    assert main([str(path), "-o", str(output), "--crossings", "0.17", "--x", "tokens"]) == 0
+    assert capsys.readouterr().out.splitlines()[2] == "| run | 1,000,000 |"  # 4,000 tokens a step
+
+
+def test_crossings_level_out_of_range_is_an_error(resumed_run, capsys):
+    assert main([str(resumed_run), "--crossings", "18"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --crossings: an accuracy level lies in (0, 1], got 18"
