@@ -206,15 +206,11 @@ def chased(evals: dict, chase: dict, step: int) -> bool:
 
 
 def time_to(evals: list[dict], target: float):
-    """Training seconds at which the held-out MLM accuracy first reaches `target` (interpolated)."""
-    previous = {"train_seconds": 0.0, "eval/mlm_accuracy": 0.0}
-    for point in evals:
-        if point["eval/mlm_accuracy"] >= target:
-            rise = point["eval/mlm_accuracy"] - previous["eval/mlm_accuracy"]
-            share = (target - previous["eval/mlm_accuracy"]) / rise if rise > 0 else 1.0
-            return previous["train_seconds"] + share * (point["train_seconds"] - previous["train_seconds"])
-        previous = point
-    return None
+    """Training seconds at which the held-out MLM accuracy first reaches `target`, interpolated
+    between evaluations, from 0% at 0 s before the first."""
+    from bert_ds.plot import crossing
+
+    return crossing(evals, target, "train_seconds", start=(0.0, 0.0))
 
 
 def strict_summary(pair: dict) -> dict:

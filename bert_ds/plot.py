@@ -144,16 +144,19 @@ def draw(runs: Sequence[tuple[Records, Records]], labels: Sequence[str], output:
     fig.savefig(output)
 
 
-def crossing(evals: Records, level: float, x_key: str = "step") -> Optional[float]:
+def crossing(evals: Records, level: float, x_key: str = "step",
+             start: Optional[tuple[float, float]] = None) -> Optional[float]:
     """Where the held-out MLM accuracy of `evals` first reaches `level`, on `x_key`, linear
-    between the evaluation before and the one that reaches it; None if none does."""
-    previous = None
+    between the evaluation before and the one that reaches it; None if none does. `start`, an
+    (x, accuracy) point before the first evaluation, is where that one's segment begins (without
+    it, a first evaluation already at `level` gives its own x)."""
+    previous = start
     for record in evals:
         x, accuracy = _number(record.get(x_key)), _number(record.get("eval/mlm_accuracy"))
         if not (math.isfinite(x) and math.isfinite(accuracy)):
             continue
         if accuracy >= level:
-            if previous is None:
+            if previous is None or accuracy == previous[1]:  # nothing to interpolate across
                 return x
             x0, accuracy0 = previous
             return x0 + (level - accuracy0) / (accuracy - accuracy0) * (x - x0)
