@@ -25,7 +25,8 @@ Usage: python benchmarks/learning_parity.py [--modes strict recipe] [--presets m
        [--batch 32] [--seq-length 128] [--lr 3e-4] [--warmup-fraction 0.1] [--eval-interval 50]
        [--eval-samples 512] [--data SPEC ...] [--eval-data SPEC ...] [--tokenizer T]
        [--recipe-dropout 0.1] [--adam-beta2 0.999] [--until-accuracy 0.25 [--chase [ACCURACY]]]
-       [--save-interval N] [--stop-at-step N] [--output DIR] [--json PATH] [--summarize]
+       [--init own|hf] [--alone] [--save-interval N] [--stop-at-step N] [--output DIR] [--json PATH]
+       [--summarize]
 A real corpus: --data books=DIR/books@words wiki=DIR/wiki@words --eval-data ... --tokenizer
 bert-base-uncased. Both sides are post-LN (Hugging Face's BERT has no pre-LN variant).
 Writes OUTPUT/<mode>-<preset>-<precision>-seed<S>-<side>.jsonl (metrics files with train_seconds)
@@ -34,6 +35,10 @@ A pair that ends at --until-accuracy with bert_ds a little below HF's final accu
 to that accuracy for bert_ds; --chase lets bert_ds go on alone (the same batch stream, each step
 timed as in the pair) until it reaches it, so the ratio exists. The table's accuracies stay those
 at the pair's end.
+The initial draw held equal: --init hf starts recipe mode's bert_ds side from Hugging Face's seeded
+draw (strict mode's import; in bf16 its fp32 masters too), and --alone trains that side only, on
+the batches a pair of the same seed and settings saw (the loader's stream does not depend on the
+sides), so its curve compares with that pair's Hugging Face side at a third of the pair's cost.
 A pair of hours: --save-interval N (and --stop-at-step, SIGTERM, SIGINT) save both sides under
 OUTPUT/state-*; the same command goes on from there (benchmarks/parity_state.py).
 """
@@ -42,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -51,6 +55,8 @@ from typing import Optional
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from parity_summary import mean_curve, print_tables, recipe_summary, strict_summary  # noqa: E402
 
 
 def run_config(args, preset: str, precision: str, seed: int, steps: int, dropout: float):
@@ -99,8 +105,9 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
     model_config = run_model_config(run, tokenizer.vocab_size)
     layout = job.setup_parallel(run, model_config)
     hf = HuggingFaceSide(run, model_config, layout, tokenizer, precision, seed)
-    ours = BertDsSide(run, model_config, layout, hf.initial_state() if strict else None)
-    sides = [ours, hf]
+    ours = BertDsSide(run, model_config, layout, hf.initial_state() if strict or args.init == "hf" else None)
+    # --alone: HF's side is built (its initial draw, for --init hf) but never stepped.
+    sides = [ours] if args.alone else [ours, hf]
     eval_set = build_eval_set(run, tokenizer, ours.layout, load_eval_examples(run, tokenizer)[0])
     loader = PretrainingLoader(parse_sources(run.data.sources), tokenizer, run.with_num_workers(0).data_config())
     root = parity_state.state_root(Path(args.output), mode, preset, precision, seed)
@@ -140,7 +147,7 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
         batch = to_device(next(batches), layout.device)
         batch_tokens = int(batch["attention_mask"].sum())
         progress["tokens"] += batch_tokens
-        active = [ours] if chase else sides if step % 2 == 0 else sides[::-1]
+        active = [ours] if chase or args.alone else sides if step % 2 == 0 else sides[::-1]
         for side in active:
             (mlm, nsp, lr), spent = timed(side, batch)
             seconds[side.name] += spent
@@ -176,7 +183,7 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
             break
     teardown_parallel()
     # The pair's steps are HF's: a chase adds steps to bert_ds's side only.
-    return dict(mode=mode, preset=preset, precision=precision, seed=seed, steps=records["hf"][-1]["step"],
+    return dict(mode=mode, preset=preset, precision=precision, seed=seed, steps=records[sides[-1].name][-1]["step"],
                 records=records, evals=evals, seconds=seconds)
 
 
@@ -205,111 +212,12 @@ def chased(evals: dict, chase: dict, step: int) -> bool:
     return last["step"] == step and last["eval/mlm_accuracy"] >= chase["target"]
 
 
-def time_to(evals: list[dict], target: float):
-    """Training seconds at which the held-out MLM accuracy first reaches `target`, interpolated
-    between evaluations, from 0% at 0 s before the first."""
-    from bert_ds.plot import crossing
-
-    return crossing(evals, target, "train_seconds", start=(0.0, 0.0))
-
-
-def strict_summary(pair: dict) -> dict:
-    ours, hf = pair["records"]["bert_ds"], pair["records"]["hf"]
-    diffs = {key: [abs(a[key] - b[key]) for a, b in zip(ours, hf)] for key in ("mlm_loss", "nsp_loss")}
-    relative = [abs(a["mlm_loss"] - b["mlm_loss"]) / b["mlm_loss"] for a, b in zip(ours, hf)]
-    first = min(100, len(ours))
-    final = {side: pair["evals"][side][-1] for side in ("bert_ds", "hf")}
-    return dict(
-        preset=pair["preset"], steps=pair["steps"], first_step_mlm_diff=diffs["mlm_loss"][0],
-        max_mlm_diff_first_100=max(diffs["mlm_loss"][:first]), max_nsp_diff_first_100=max(diffs["nsp_loss"][:first]),
-        max_mlm_relative_diff_first_100=max(relative[:first]), max_mlm_diff=max(diffs["mlm_loss"]),
-        mean_mlm_diff_last_100=statistics.mean(diffs["mlm_loss"][-100:]),
-        final_mlm_accuracy={s: f["eval/mlm_accuracy"] for s, f in final.items()},
-        final_nsp_accuracy={s: f["eval/nsp_accuracy"] for s, f in final.items()},
-        accuracy_gap_points=100 * (final["bert_ds"]["eval/mlm_accuracy"] - final["hf"]["eval/mlm_accuracy"]),
-        seconds=pair["seconds"],
-    )
-
-
-def _mean_std(values: list[float]) -> dict:
-    return dict(mean=statistics.mean(values), std=statistics.stdev(values) if len(values) > 1 else 0.0, values=values)
-
-
-def mean_curve(pairs: list[dict], side: str) -> list[dict]:
-    """One side's held-out curve averaged over seeds: at each evaluation, the mean accuracy and the
-    mean training seconds (every seed evaluates at the same steps)."""
-    curves = [p["evals"][side] for p in pairs]
-    return [{"step": points[0]["step"],
-             "train_seconds": statistics.mean(x["train_seconds"] for x in points),
-             "eval/mlm_accuracy": statistics.mean(x["eval/mlm_accuracy"] for x in points)}
-            for points in zip(*curves)]
-
-
-def loss_windows(pair: dict) -> list[dict]:
-    """Between consecutive evaluations: each side's mean training MLM and NSP loss over those steps
-    and its held-out accuracy at the end of them (the per-step curves of a long pair in a table)."""
-    rows, start = [], 0
-    for at, point in enumerate(pair["evals"]["hf"]):
-        row = {"steps": f"{start + 1}-{point['step']}", "consumed_tokens": point["consumed_tokens"]}
-        for side in ("bert_ds", "hf"):
-            window = [r for r in pair["records"][side] if start < r["step"] <= point["step"]]
-            row[side] = dict(mlm_loss=statistics.mean(r["mlm_loss"] for r in window),
-                             nsp_loss=statistics.mean(r["nsp_loss"] for r in window),
-                             mlm_accuracy=pair["evals"][side][at]["eval/mlm_accuracy"],
-                             nsp_accuracy=pair["evals"][side][at]["eval/nsp_accuracy"])
-        rows.append(row)
-        start = point["step"]
-    return rows
-
-
-def recipe_summary(pairs: list[dict], until: Optional[float] = None) -> dict:
-    """Final accuracies, speeds and the time each side takes to HF's final accuracy; with `until`
-    (--until-accuracy) also the time to that accuracy, which both sides of an ended pair reached."""
-    # Each side at the pair's last evaluation; a chase's later ones count only for the time to HF's accuracy.
-    final = {side: [[e for e in p["evals"][side] if e["step"] <= p["steps"]][-1] for p in pairs] for side in ("bert_ds", "hf")}
-    ratios, times = [], {"bert_ds": [], "hf": []}
-    for pair in pairs:
-        target = pair["evals"]["hf"][-1]["eval/mlm_accuracy"]
-        reached = {side: time_to(pair["evals"][side], target) for side in ("bert_ds", "hf")}
-        for side, seconds in reached.items():
-            times[side].append(seconds)
-        ratios.append(reached["bert_ds"] / reached["hf"] if reached["bert_ds"] is not None else None)
-    speed = {side: [p["records"][side][-1]["step"] / p["seconds"][side] for p in pairs] for side in ("bert_ds", "hf")}
-    chases = [dict(seed=p["seed"], start=p["steps"], end=p["evals"]["bert_ds"][-1]["step"],
-                   accuracy=p["evals"]["bert_ds"][-1]["eval/mlm_accuracy"], target=p["evals"]["hf"][-1]["eval/mlm_accuracy"])
-               for p in pairs if p["evals"]["bert_ds"][-1]["step"] > p["steps"]]
-    # One seed's final accuracy moves by about a tenth of a point between seeds: a side ending a
-    # hair below the other's final accuracy never "reaches" it. The seed-mean curves are the
-    # headline; the per-seed ratios show the spread.
-    means = {side: mean_curve(pairs, side) for side in ("bert_ds", "hf")}
-    target = means["hf"][-1]["eval/mlm_accuracy"]
-    mean_reached = {side: time_to(means[side], target) for side in means}
-    to_target = {}
-    if until is not None:
-        seconds = {side: time_to(means[side], until) for side in means}
-        to_target = dict(target_accuracy=until, seed_mean_curve_seconds_to_target=seconds,
-                         seed_mean_curve_target_ratio=(seconds["bert_ds"] / seconds["hf"]
-                                                       if None not in seconds.values() else None))
-    return dict(**to_target, loss_windows=[loss_windows(p) for p in pairs], bert_ds_alone_after_the_pair=chases,
-        preset=pairs[0]["preset"], precision=pairs[0]["precision"], steps=pairs[0]["steps"], seeds=[p["seed"] for p in pairs],
-        mlm_accuracy={s: _mean_std([f["eval/mlm_accuracy"] for f in final[s]]) for s in final},
-        nsp_accuracy={s: _mean_std([f["eval/nsp_accuracy"] for f in final[s]]) for s in final},
-        accuracy_gap_points=100 * (statistics.mean(f["eval/mlm_accuracy"] for f in final["bert_ds"])
-                                   - statistics.mean(f["eval/mlm_accuracy"] for f in final["hf"])),
-        steps_per_second={s: _mean_std(v) for s, v in speed.items()},
-        seconds_to_hf_final_accuracy=times, time_to_accuracy_ratio=ratios,
-        mean_time_to_accuracy_ratio=statistics.mean(ratios) if all(r is not None for r in ratios) else None,
-        seed_mean_curve_target=target, seed_mean_curve_seconds=mean_reached,
-        seed_mean_curve_ratio=(mean_reached["bert_ds"] / mean_reached["hf"] if mean_reached["bert_ds"] is not None else None),
-    )
-
-
 def write_curves(pairs: list[dict], output: Path, name: str) -> Path:
     from bert_ds.plot import main as plot
 
     files, labels = [], []
     for pair in pairs:
-        for side in ("bert_ds", "hf"):
+        for side in pair["records"]:
             path = output / f"{pair['mode']}-{pair['preset']}-{pair['precision']}-seed{pair['seed']}-{side}.jsonl"
             path.write_text("".join(json.dumps(r) + "\n" for r in pair["records"][side] + pair["evals"][side]))
             if pair["seed"] == pairs[0]["seed"]:
@@ -343,46 +251,6 @@ def plot_mean_curves(pairs: list[dict], png: Path) -> Path:
     figure.tight_layout()
     figure.savefig(png, dpi=110)
     return png
-
-
-def print_tables(results: dict) -> None:
-    for row in results["strict"]:
-        acc = row["final_mlm_accuracy"]
-        print(f"strict {row['preset']} fp32, {row['steps']} steps: step-1 MLM loss diff {row['first_step_mlm_diff']:.2e}; "
-              f"first 100 steps max |ΔMLM| {row['max_mlm_diff_first_100']:.2e} (relative {row['max_mlm_relative_diff_first_100']:.1e}), "
-              f"max |ΔNSP| {row['max_nsp_diff_first_100']:.2e}; all steps max |ΔMLM| {row['max_mlm_diff']:.3f}; "
-              f"held-out MLM accuracy bert_ds {acc['bert_ds']:.4f} vs HF {acc['hf']:.4f} ({row['accuracy_gap_points']:+.2f} points)")
-    if results["recipe"]:
-        print("| preset | precision | steps x seeds | MLM acc bert_ds | MLM acc HF | gap (points) | NSP acc bert_ds | NSP acc HF "
-              "| steps/s bert_ds | steps/s HF | time to HF's accuracy, seed-mean curves, bert_ds / HF | per seed |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for row in results["recipe"]:
-        m, n, s = row["mlm_accuracy"], row["nsp_accuracy"], row["steps_per_second"]
-        ratio = row["seed_mean_curve_ratio"]
-        ratios = ", ".join("never" if r is None else f"{r:.2f}" for r in row["time_to_accuracy_ratio"])
-        print(f"| {row['preset']} | {row['precision']} | {row['steps']} x {len(row['seeds'])} | "
-              f"{m['bert_ds']['mean']:.4f} ± {m['bert_ds']['std']:.4f} | {m['hf']['mean']:.4f} ± {m['hf']['std']:.4f} | "
-              f"{row['accuracy_gap_points']:+.2f} | {n['bert_ds']['mean']:.3f} | {n['hf']['mean']:.3f} | "
-              f"{s['bert_ds']['mean']:.2f} | {s['hf']['mean']:.2f} | "
-              f"{'never' if ratio is None else f'{ratio:.2f}'} | {ratios} |")
-    for row in results["recipe"]:
-        if "target_accuracy" in row:
-            seconds, ratio = row["seed_mean_curve_seconds_to_target"], row["seed_mean_curve_target_ratio"]
-            print(f"{row['preset']} {row['precision']}: time to {row['target_accuracy']:.0%} held out (seed-mean curves): "
-                  + ", ".join(f"{side} {'never' if t is None else f'{t:.0f} s'}" for side, t in seconds.items())
-                  + ("" if ratio is None else f", bert_ds / HF {ratio:.2f}"))
-        for c in row["bert_ds_alone_after_the_pair"]:
-            print(f"{row['preset']} {row['precision']} seed {c['seed']}: bert_ds went on alone from step {c['start']} "
-                  f"to {c['end']}: {c['accuracy']:.2%} held out against HF's final {c['target']:.2%}")
-        if row["steps"] >= 1000:  # a long pair: its curves as a table, window by window
-            print(f"{row['preset']} {row['precision']} seed {row['seeds'][0]}: mean training loss (MLM / NSP) and "
-                  "held-out MLM accuracy per evaluation window")
-            print("| steps | tokens | bert_ds MLM / NSP loss | HF MLM / NSP loss | held-out MLM bert_ds | HF |")
-            print("|---|---|---|---|---|---|")
-            for w in row["loss_windows"][0]:
-                b, h = w["bert_ds"], w["hf"]
-                print(f"| {w['steps']} | {w['consumed_tokens'] / 1e6:.1f}M | {b['mlm_loss']:.3f} / {b['nsp_loss']:.3f} | "
-                      f"{h['mlm_loss']:.3f} / {h['nsp_loss']:.3f} | {b['mlm_accuracy']:.2%} | {h['mlm_accuracy']:.2%} |")
 
 
 def read_pairs(output: Path, mode: str, preset: str) -> list[dict]:
@@ -433,6 +301,12 @@ def main(argv=None) -> dict:
                         help="once a pair ends at --until-accuracy, bert_ds goes on alone (same batches) until its held-out "
                              "MLM accuracy reaches HF's final one, or ACCURACY, or --recipe-steps: its time to HF's final "
                              "accuracy then exists when it ended the pair a little below it")
+    parser.add_argument("--init", choices=["own", "hf"], default="own",
+                        help="recipe mode's initial weights: each side its own draw (own), or bert_ds starting from "
+                             "Hugging Face's seeded draw, as strict mode always does (hf): the draw held equal")
+    parser.add_argument("--alone", action="store_true",
+                        help="recipe mode: train bert_ds only (Hugging Face's side is drawn, not stepped), on the batches "
+                             "a pair of the same seed and settings sees: compare its curve with that pair's")
     parser.add_argument("--save-interval", type=int, default=0,
                         help="save both sides every N steps under OUTPUT/state-*; the same command resumes (0: never)")
     parser.add_argument("--stop-at-step", type=int, default=0,
@@ -442,8 +316,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--summarize", action="store_true",
                         help="train nothing: summarise the runs already in --output")
     args = parser.parse_args(argv)
+    if args.alone and (args.chase is not None or args.modes != ["recipe"]):
+        parser.error("--alone trains bert_ds's side of recipe mode only: give --modes recipe and no --chase")
     if args.chase is not None and args.until_accuracy is None:
         parser.error("--chase goes on after a pair that ended at --until-accuracy: give --until-accuracy too")
+    if args.summarize and args.alone:
+        parser.error("--summarize compares the two sides of a pair; a run --alone is read with python -m bert_ds.plot")
     if args.summarize:
         results = {"strict": [], "recipe": [], "args": vars(args)}
         for preset in args.presets:
@@ -479,10 +357,18 @@ def main(argv=None) -> dict:
             everything = []
             for precision in args.precisions:
                 pairs = [train_pair(args, tokenizer, "recipe", preset, precision, seed) for seed in range(args.seeds)]
-                results["recipe"].append(recipe_summary(pairs, args.until_accuracy))
+                if not args.alone:
+                    results["recipe"].append(recipe_summary(pairs, args.until_accuracy))
                 everything += pairs
             results["recipe_curves"] = str(write_curves(everything, output, f"recipe-{preset}"))
-            results["recipe_mean_curves"] = str(plot_mean_curves(everything, output / f"recipe-{preset}-mean.png"))
+            if args.alone:
+                for pair in everything:
+                    final = pair["evals"]["bert_ds"][-1]
+                    print(f"recipe {preset} {pair['precision']} seed {pair['seed']}, bert_ds alone: {final['eval/mlm_accuracy']:.2%} "
+                          f"held out at step {final['step']}; against a pair: python -m bert_ds.plot "
+                          f"{output}/recipe-{preset}-{pair['precision']}-seed{pair['seed']}-bert_ds.jsonl PAIR_HF.jsonl --crossings ...")
+            else:
+                results["recipe_mean_curves"] = str(plot_mean_curves(everything, output / f"recipe-{preset}-mean.png"))
     print_tables(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -30,8 +30,26 @@ class BertDsSide:
         self.run, self.model_config, self.layout = run, model_config, layout
         self.engine, self.model, _ = job.setup_engine(run, self.model_config, self.layout)
         if initial_hf_state is not None:
-            # Before the first step, at fp32 and ZeRO-0, the engine's parameters are the optimizer's.
-            self.model.load_state_dict(hf_to_bert_ds(initial_hf_state, self.model_config), strict=True)
+            self.start_from(hf_to_bert_ds(initial_hf_state, self.model_config))
+
+    @torch.no_grad()
+    def start_from(self, weights: dict) -> None:
+        """Before the first step: `weights` (fp32, bert_ds's names) as the initial weights. At fp32
+        the engine's parameters are the optimizer's; in bf16 the first step starts from the fp32
+        masters (training/engine/master_weights.py), so they are set too, or it would put bert_ds's
+        own initial draw back."""
+        from bert_ds.training.engine.master_weights import MasterWeightsOptimizer
+
+        self.model.load_state_dict(weights, strict=True)
+        masters = self.engine.optimizer
+        if isinstance(masters, MasterWeightsOptimizer):
+            names = {id(param): name for name, param in self.model.named_parameters()}
+            for param, master in zip(masters._params, masters._masters):
+                master.copy_(weights[names[id(param)]])
+            masters.write_model_weights()
+        elif any(param.dtype != torch.float32 for param in self.model.parameters()):
+            raise SystemExit("error: the benchmark sets the initial weights of an fp32 engine or of one with "
+                             "bert_ds's own fp32 masters (one process), not of DeepSpeed's bf16 optimizer")
 
     def step(self, batch: dict) -> tuple[float, float, float]:
         from bert_ds.training.loop.steps import StepResult, plain_step

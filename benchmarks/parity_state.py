@@ -23,7 +23,9 @@ from typing import Optional
 
 # The options a pair's curves depend on: a resumed pair must have the ones it was saved with.
 SETTINGS = ("batch", "seq_length", "lr", "warmup_fraction", "recipe_dropout", "adam_beta2", "eval_interval",
-            "eval_samples", "data", "eval_data", "tokenizer")
+            "eval_samples", "data", "eval_data", "tokenizer", "init", "alone")
+# Settings added later: a pair saved before them ran with these values.
+SETTING_DEFAULTS = {"init": "own", "alone": False}
 # Signals that save and stop a pair at the next step boundary (bert_ds's StopRequest records them).
 EXIT_CODE_FOR_SIGNAL = {signal.SIGTERM: 143, signal.SIGINT: 130}
 
@@ -59,8 +61,8 @@ def resume(root: Path, ours, hf, loader, settings: dict, seed: int) -> Optional[
         return None
     saved = json.loads((root / tag / zero.COMPLETE).read_text()).get("parity_settings", {})
     for name, value in settings.items():
-        if saved.get(name) != value:
-            raise SystemExit(f"error: {root / tag} was saved with {name} = {saved.get(name)!r}, this run has "
+        if saved.get(name, SETTING_DEFAULTS.get(name)) != value:
+            raise SystemExit(f"error: {root / tag} was saved with {name} = {saved.get(name, SETTING_DEFAULTS.get(name))!r}, this run has "
                              f"{value!r}: run with the settings it was saved with, or give another --output")
     _, rank_state = zero.load(ours.engine, str(root), tag, world_size=1)
     loader.load_state_dict(rank_state["loader"])

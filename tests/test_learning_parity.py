@@ -30,7 +30,7 @@ def _curves(output) -> dict:
     kept = ("step", "mlm_loss", "nsp_loss", "lr", "eval/mlm_accuracy", "eval/nsp_accuracy", "eval/mlm_loss")
     return {side: [{k: v for k, v in json.loads(line).items() if k in kept}
                    for line in (output / f"recipe-tiny-fp32-seed0-{side}.jsonl").read_text().splitlines()]
-            for side in ("bert_ds", "hf")}
+            for side in ("bert_ds", "hf") if (output / f"recipe-tiny-fp32-seed0-{side}.jsonl").exists()}
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +114,39 @@ def test_bert_ds_chases_alone_after_the_pair_and_resumes_mid_chase(shared_cache,
 def test_chase_without_until_accuracy_is_refused(shared_cache, tmp_path):
     refused = _run(shared_cache, "--output", str(tmp_path), "--chase")
     assert refused.returncode == 2 and "give --until-accuracy too" in refused.stderr, refused.stderr[-2000:]
+
+
+def _mlm_losses(output, precision: str) -> dict:
+    return {side: [json.loads(line)["mlm_loss"] for line in path.read_text().splitlines() if "mlm_loss" in json.loads(line)]
+            for side in ("bert_ds", "hf") if (path := output / f"recipe-tiny-{precision}-seed0-{side}.jsonl").exists()}
+
+
+def test_init_hf_starts_bert_ds_from_hugging_faces_draw_in_bf16_and_fp32(shared_cache, tmp_path):
+    """--init hf holds the initial draw equal: with dropout 0 the two sides' first steps then agree
+    as in strict mode (bf16: its fp32 masters too, or step 2 would go back to bert_ds's own draw),
+    where each side's own draw makes them differ."""
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        for init in ("own", "hf"):
+            output = tmp_path / f"{precision}-{init}"
+            done = _run(shared_cache, "--output", str(output), "--precisions", precision, "--recipe-steps", "3",
+                        "--recipe-dropout", "0", "--init", init)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            losses[precision, init] = _mlm_losses(output, precision)
+    gaps = {key: [abs(a - b) for a, b in zip(value["bert_ds"], value["hf"])] for key, value in losses.items()}
+    assert max(gaps["fp32", "hf"]) < 1e-4, gaps
+    assert max(gaps["bf16", "hf"]) < 2e-3, gaps
+    # The control: each side's own draw puts the sides apart by far more, at some step.
+    assert max(gaps["fp32", "own"]) > 10 * max(gaps["bf16", "hf"]), gaps
+
+
+def test_alone_trains_bert_ds_on_the_pairs_batches(shared_cache, tmp_path):
+    pair = _run(shared_cache, "--output", str(tmp_path / "pair"), "--recipe-dropout", "0", "--init", "hf")
+    assert pair.returncode == 0, pair.stdout[-2000:] + pair.stderr[-2000:]
+    alone = _run(shared_cache, "--output", str(tmp_path / "alone"), "--recipe-dropout", "0", "--init", "hf", "--alone")
+    assert alone.returncode == 0, alone.stdout[-2000:] + alone.stderr[-2000:]
+    assert "seed 0, bert_ds alone:" in alone.stdout, alone.stdout[-2000:]
+    assert not (tmp_path / "alone" / "recipe-tiny-fp32-seed0-hf.jsonl").exists()
+    assert _curves(tmp_path / "alone")["bert_ds"] == _curves(tmp_path / "pair")["bert_ds"]
+    refused = _run(shared_cache, "--output", str(tmp_path / "x"), "--alone", "--until-accuracy", "0", "--chase")
+    assert refused.returncode == 2 and "--alone trains bert_ds's side" in refused.stderr, refused.stderr[-2000:]
