@@ -121,32 +121,38 @@ def _mlm_losses(output, precision: str) -> dict:
             for side in ("bert_ds", "hf") if (path := output / f"recipe-tiny-{precision}-seed0-{side}.jsonl").exists()}
 
 
-def test_init_hf_starts_bert_ds_from_hugging_faces_draw_in_bf16_and_fp32(shared_cache, tmp_path):
-    """--init hf holds the initial draw equal: with dropout 0 the two sides' first steps then agree
-    as in strict mode (bf16: its fp32 masters too, or step 2 would go back to bert_ds's own draw),
-    where each side's own draw makes them differ."""
-    losses = {}
-    for precision in ("fp32", "bf16"):
-        for init in ("own", "hf"):
-            output = tmp_path / f"{precision}-{init}"
-            done = _run(shared_cache, "--output", str(output), "--precisions", precision, "--recipe-steps", "3",
-                        "--recipe-dropout", "0", "--init", init)
-            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-            losses[precision, init] = _mlm_losses(output, precision)
-    gaps = {key: [abs(a - b) for a, b in zip(value["bert_ds"], value["hf"])] for key, value in losses.items()}
+@pytest.fixture(scope="module")
+def draws(tmp_path_factory, shared_cache):
+    """Three-step pairs with dropout 0: bert_ds from its own draw (bf16), and from Hugging Face's
+    (--init hf) in bf16 and fp32; {(precision, init): output folder}."""
+    outputs = {}
+    for precision, init in (("bf16", "own"), ("bf16", "hf"), ("fp32", "hf")):
+        output = outputs[precision, init] = tmp_path_factory.mktemp(f"draw-{precision}-{init}")
+        done = _run(shared_cache, "--output", str(output), "--precisions", precision, "--recipe-steps", "3",
+                    "--recipe-dropout", "0", "--init", init)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return outputs
+
+
+def test_init_hf_starts_bert_ds_from_hugging_faces_draw_in_bf16_and_fp32(draws):
+    """--init hf holds the initial draw equal: with dropout 0 the two sides' steps then agree as in
+    strict mode (in bf16 through its fp32 masters too, or step 2 would go back to bert_ds's own
+    draw), where each side's own draw puts them apart."""
+    gaps = {}
+    for key, output in draws.items():
+        losses = _mlm_losses(output, key[0])
+        gaps[key] = [abs(a - b) for a, b in zip(losses["bert_ds"], losses["hf"])]
     assert max(gaps["fp32", "hf"]) < 1e-4, gaps
     assert max(gaps["bf16", "hf"]) < 2e-3, gaps
-    # The control: each side's own draw puts the sides apart by far more, at some step.
-    assert max(gaps["fp32", "own"]) > 10 * max(gaps["bf16", "hf"]), gaps
+    assert max(gaps["bf16", "own"]) > 10 * max(gaps["bf16", "hf"]), gaps
 
 
-def test_alone_trains_bert_ds_on_the_pairs_batches(shared_cache, tmp_path):
-    pair = _run(shared_cache, "--output", str(tmp_path / "pair"), "--recipe-dropout", "0", "--init", "hf")
-    assert pair.returncode == 0, pair.stdout[-2000:] + pair.stderr[-2000:]
-    alone = _run(shared_cache, "--output", str(tmp_path / "alone"), "--recipe-dropout", "0", "--init", "hf", "--alone")
+def test_alone_trains_bert_ds_on_the_pairs_batches(draws, shared_cache, tmp_path):
+    alone = _run(shared_cache, "--output", str(tmp_path), "--recipe-steps", "3", "--recipe-dropout", "0",
+                 "--init", "hf", "--alone")
     assert alone.returncode == 0, alone.stdout[-2000:] + alone.stderr[-2000:]
     assert "seed 0, bert_ds alone:" in alone.stdout, alone.stdout[-2000:]
-    assert not (tmp_path / "alone" / "recipe-tiny-fp32-seed0-hf.jsonl").exists()
-    assert _curves(tmp_path / "alone")["bert_ds"] == _curves(tmp_path / "pair")["bert_ds"]
+    assert not (tmp_path / "recipe-tiny-fp32-seed0-hf.jsonl").exists()
+    assert _curves(tmp_path)["bert_ds"] == _curves(draws["fp32", "hf"])["bert_ds"]
     refused = _run(shared_cache, "--output", str(tmp_path / "x"), "--alone", "--until-accuracy", "0", "--chase")
     assert refused.returncode == 2 and "--alone trains bert_ds's side" in refused.stderr, refused.stderr[-2000:]
