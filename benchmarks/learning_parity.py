@@ -132,7 +132,7 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
     chase = progress.get("chase")
     if chase is None and reached(evals, sides, args.until_accuracy, progress["step"]):
         # A pair saved where it ended: the same command again summarises it without recomputing.
-        print(f"  {mode} {preset} {precision} seed {seed}: ended at step {progress['step']} (both sides at "
+        print(f"  {mode} {preset} {precision} seed {seed}: ended at step {progress['step']} ({'bert_ds' if args.alone else 'both sides'} at "
               f"{args.until_accuracy:.0%} or more held out)", flush=True)
         chase = progress["chase"] = start_chase(args, evals, progress["step"])
         if chase is None:
@@ -328,7 +328,8 @@ def main(argv=None) -> dict:
             if "strict" in args.modes:
                 results["strict"] += [strict_summary(pair) for pair in read_pairs(Path(args.output), "strict", preset)]
             if "recipe" in args.modes:
-                pairs = read_pairs(Path(args.output), "recipe", preset)
+                # A run --alone in the same folder has no Hugging Face side to compare.
+                pairs = [p for p in read_pairs(Path(args.output), "recipe", preset) if "hf" in p["records"]]
                 if pairs:
                     results["recipe_mean_curves"] = str(plot_mean_curves(pairs, Path(args.output) / f"recipe-{preset}-mean.png"))
                 for precision in args.precisions:
@@ -339,6 +340,8 @@ def main(argv=None) -> dict:
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
         return results
+    if args.alone and any(Path(args.output).glob("recipe-*-hf.jsonl")):
+        parser.error(f"{args.output} holds a pair's curves, which --alone would overwrite on bert_ds's side: give another --output")
     if args.threads:
         torch.set_num_threads(args.threads)
     from bert_ds.training.config.args import parse_args

@@ -156,3 +156,6 @@ def test_alone_trains_bert_ds_on_the_pairs_batches(draws, shared_cache, tmp_path
     assert _curves(tmp_path)["bert_ds"] == _curves(draws["fp32", "hf"])["bert_ds"]
     refused = _run(shared_cache, "--output", str(tmp_path / "x"), "--alone", "--until-accuracy", "0", "--chase")
     assert refused.returncode == 2 and "--alone trains bert_ds's side" in refused.stderr, refused.stderr[-2000:]
+    # A pair's folder: --alone would overwrite its bert_ds curve.
+    refused = _run(shared_cache, "--output", str(draws["fp32", "hf"]), "--alone", "--init", "hf", "--recipe-steps", "3")
+    assert refused.returncode == 2 and "holds a pair's curves" in refused.stderr, refused.stderr[-2000:]
