@@ -147,7 +147,7 @@ def train_pair(args, tokenizer, mode: str, preset: str, precision: str, seed: in
         batch = to_device(next(batches), layout.device)
         batch_tokens = int(batch["attention_mask"].sum())
         progress["tokens"] += batch_tokens
-        active = [ours] if chase or args.alone else sides if step % 2 == 0 else sides[::-1]
+        active = [ours] if chase else sides if step % 2 == 0 else sides[::-1]
         for side in active:
             (mlm, nsp, lr), spent = timed(side, batch)
             seconds[side.name] += spent

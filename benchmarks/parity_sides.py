@@ -43,10 +43,10 @@ class BertDsSide:
         self.model.load_state_dict(weights, strict=True)
         masters = self.engine.optimizer
         if isinstance(masters, MasterWeightsOptimizer):
+            # Its own loading path: each master from its parameter's fp32 value, then the bf16 weights from them.
             names = {id(param): name for name, param in self.model.named_parameters()}
-            for param, master in zip(masters._params, masters._masters):
-                master.copy_(weights[names[id(param)]])
-            masters.write_model_weights()
+            masters.load_state_dict({"fp32_groups": [[weights[names[id(param)]] for param in group] for group in masters.fp16_groups]},
+                                    load_optimizer_states=False)
         elif any(param.dtype != torch.float32 for param in self.model.parameters()):
             raise SystemExit("error: the benchmark sets the initial weights of an fp32 engine or of one with "
                              "bert_ds's own fp32 masters (one process), not of DeepSpeed's bf16 optimizer")

@@ -61,8 +61,9 @@ def resume(root: Path, ours, hf, loader, settings: dict, seed: int) -> Optional[
         return None
     saved = json.loads((root / tag / zero.COMPLETE).read_text()).get("parity_settings", {})
     for name, value in settings.items():
-        if saved.get(name, SETTING_DEFAULTS.get(name)) != value:
-            raise SystemExit(f"error: {root / tag} was saved with {name} = {saved.get(name, SETTING_DEFAULTS.get(name))!r}, this run has "
+        was = saved.get(name, SETTING_DEFAULTS.get(name))
+        if was != value:
+            raise SystemExit(f"error: {root / tag} was saved with {name} = {was!r}, this run has "
                              f"{value!r}: run with the settings it was saved with, or give another --output")
     _, rank_state = zero.load(ours.engine, str(root), tag, world_size=1)
     loader.load_state_dict(rank_state["loader"])
