@@ -30,10 +30,20 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
     write_sst2(glue, random.Random(0))  # a cue a 2-layer model learns (tests/support/glue_fixtures.py)
     write_squad(squad, random.Random(2))
     args = ["--output", str(out), "--glue-dir", str(glue), "--squad-dir", str(squad), "--scale", "smoke", "--restarts", "2", "--jobs", "2"]
-    first = _experiment([*args, "--status-interval", "2"], shared_cache)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    # One row first (as a job of its own would): the floor, and the MLM+NSP pre-training whose
+    # tokenizer it borrows (no --tokenizer), nothing else; its report holds that row alone.
+    floor_only = _experiment([*args, "--rows", "no_pretraining", "--status-interval", "2"], shared_cache)
+    assert floor_only.returncode == 0, floor_only.stdout[-3000:] + floor_only.stderr[-3000:]
     # Lines on the running steps: their time so far and their logs' last progress line.
-    assert re.search(r"^\[table5\] running \d+m \d\ds: pre-training mlm(_nsp)?: \S", first.stdout, re.M), first.stdout[:3000]
+    assert re.search(r"^\[table5\] running \d+m \d\ds: pre-training mlm_nsp: \S", floor_only.stdout, re.M), floor_only.stdout[:3000]
+    partial = json.loads((out / "table5.json").read_text())
+    assert list(partial["cells"]) == ["No pre-training"] and list(partial["cells"]["No pre-training"]) == ["mrpc", "sst2", "squad"]
+    assert sorted(path.name for path in (out / "pretrain").iterdir()) == ["mlm_nsp"]
+    assert "not run yet: MLM+NSP on mrpc" in floor_only.stdout and "| No NSP | – | 86.5 |" in (out / "table5.md").read_text()
+
+    first = _experiment(args, shared_cache)  # every row: what the floor's run finished is kept
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert first.stdout.count("done before, skipped") == 1 + 3 and "not run yet" not in first.stdout
 
     record = json.loads((out / "table5.json").read_text())
     assert record["columns"] == ["mrpc", "sst2", "squad"] and record["restarts"] == 2
@@ -155,6 +165,29 @@ def test_desk_scale_runs_the_desk_recipe_and_a_random_floor(tmp_path):
     assert script.name == "squad.py" and "--init" not in args
     assert args[args.index("--layer-norm-position") + 1] == "pre" and args[args.index("--dropout") + 1] == "0.1"
     assert args[args.index("--tokenizer") + 1] == str(tmp_path / "pretrain" / "mlm_nsp" / "ckpt" / "tokenizer")
+
+
+def test_rows_run_only_the_pretrainings_they_need(tmp_path):
+    """--rows picks rows; their cells wait only for their own model. The floor borrows the MLM+NSP
+    model's tokenizer, unless --tokenizer names it: then it needs no pre-training and can run first."""
+    from bert_ds.experiments.table5 import Experiment, parse_args
+
+    def steps(*more):
+        experiment = Experiment(parse_args(["--output", str(tmp_path), "--glue-dir", "g", "--squad-dir", "s", *more]))
+        return experiment, {key: needs for key, (_, needs) in experiment.steps().items()}
+
+    _, every = steps()
+    assert len(every) == 3 + 15 and every["LTR & No NSP", "squad"] == ("ltr",) and every["No pre-training", "mrpc"] == ("mlm_nsp",)
+    _, bilstm = steps("--rows", "ltr_bilstm")
+    assert bilstm == {"ltr": (), ("+ BiLSTM", "mrpc"): ("ltr",), ("+ BiLSTM", "sst2"): ("ltr",), ("+ BiLSTM", "squad"): ("ltr",)}
+    _, floor = steps("--rows", "no_pretraining", "mlm_nsp")
+    assert [key for key in floor if isinstance(key, str)] == ["mlm_nsp"] and floor["No pre-training", "squad"] == ("mlm_nsp",)
+    experiment, named = steps("--rows", "no_pretraining", "--tokenizer", "bert-base-uncased")
+    assert named == {("No pre-training", column): () for column in ("mrpc", "sst2", "squad")}
+    _, args = experiment._finetune_command("No pre-training", "sst2", tmp_path / "cell")
+    assert args[args.index("--tokenizer") + 1] == "bert-base-uncased"
+    with pytest.raises(SystemExit):
+        parse_args(["--output", "o", "--glue-dir", "g", "--squad-dir", "s", "--rows", "bilstm"])
 
 
 def test_a_finished_pretraining_run_is_adopted_only_when_it_matches_the_scale(tmp_path):

@@ -1,7 +1,7 @@
 """Table 5 of the BERT paper in miniature: the effect of the pre-training tasks.
 
 `python -m bert_ds.experiments.table5 --output DIR --glue-dir D --squad-dir D [--scale smoke|desk|paper]
-[--restarts N] [--data ...] [--eval-data ...] [--pretrained mlm_nsp=DIR]`. From one initialisation seed, the same pre-training stream and the same token
+[--restarts N] [--data ...] [--eval-data ...] [--pretrained mlm_nsp=DIR] [--rows ROW ...]`. From one initialisation seed, the same pre-training stream and the same token
 budget it pre-trains three models: MLM+NSP, No NSP (`--objective mlm`: the same sentence pairs
 without the NSP loss) and LTR & No NSP (`--objective ltr`); it fine-tunes each on a sentence-pair
 task (MRPC, or `--pair-task`), a single-sentence task (SST-2) and span extraction (SQuAD v1.1),
@@ -15,7 +15,8 @@ Every step runs the project's own entrypoints as subprocesses (`bert_ds/pretrain
 `bert_ds/finetune/glue.py`, `squad.py`, with --launch's prefix, e.g. `torchrun --nproc_per_node
 8` on a node), each step's output in OUTPUT/logs/. It resumes: a rerun with the same --output skips
 every finished pre-training (done.json) and cell (its results.json), and a killed pre-training
-continues from its last checkpoint (--auto-resume).
+continues from its last checkpoint (--auto-resume). `--rows` runs some rows and the pre-trainings
+they need (a job each); the report holds every cell finished so far.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
@@ -37,74 +38,9 @@ from bert_ds.errors import USER_ERRORS, ConfigError, report
 from bert_ds.experiments.progress import StepProgress
 from bert_ds.experiments.step_pool import StepProcesses, Stopped, run_steps
 from bert_ds.experiments.table5_report import ROWS, cell_summary, write_report, write_whole
+from bert_ds.experiments.table5_scales import SCALES, Scale
 
 PACKAGE = Path(__file__).resolve().parents[1]
-
-
-@dataclass(frozen=True)
-class Scale:
-    """How big one run of the experiment is."""
-
-    preset: str
-    pretrain_steps: int
-    global_batch_size: int
-    seq_length: int
-    lr: float
-    warmup_steps: int
-    save_interval: int
-    finetune_epochs: int
-    finetune_batch_size: int
-    finetune_lr: float
-    max_seq_length: int
-    squad_max_seq_length: int
-    doc_stride: int
-    grid: bool = False
-    """Fine-tune with the paper's grid (batch x lr x epochs) instead of one setting."""
-    max_train_examples: Optional[int] = None
-    """Fine-tune on the first N training features of each task (fine-tuning's --max-train-examples)."""
-    phase2_steps: int = 0
-    """The last N of the pretrain_steps run at phase2_seq_length (the paper: 10% at 512 tokens), as
-    a second run resuming the first's checkpoint, as slurm/pretrain_large_all.sh does; 0: one phase."""
-    phase2_seq_length: int = 512
-    layer_norm_position: str = "post"
-    """Of every model, the randomly initialised "No pre-training" one included."""
-    pretrain_options: tuple = ()
-    """More pretrain.py options of the recipe (dropout, Adam's beta2, the micro batch...)."""
-    phase2_options: tuple = ()
-    """pretrain.py options for phase 2 only, after pretrain_options (the later one wins)."""
-    eval_interval: int = 0
-    """Held-out evaluation every N pre-training steps (with --eval-data), so that each model's
-    held-out masked-LM (LTR: next-token) and NSP accuracy are in the table."""
-    finetune_dropout: Optional[float] = None
-    """Fine-tuning dropout for every row (a recipe pre-trained without dropout would otherwise
-    fine-tune without it too, while the random row has the preset's)."""
-
-    @property
-    def pretraining_tokens(self) -> int:
-        phase1 = self.pretrain_steps - self.phase2_steps
-        return self.global_batch_size * (phase1 * self.seq_length + self.phase2_steps * self.phase2_seq_length)
-
-
-SCALES = {
-    # Minutes, on fixtures: the test suite runs it.
-    "smoke": Scale("tiny", 20, 16, 64, 1e-3, 2, 10, 4, 16, 2e-3, 48, 64, 32, max_train_examples=160),
-    # About 16 hours on a 2-core CPU with --jobs 3, 11 when MLM+NSP is the desk recipe's run
-    # (--pretrained; docs/finetuning.md measures the rates): the desk recipe of docs/pretraining.md
-    # (mini, pre-LN, no dropout, batch 128, peak lr 2e-3, Adam beta2 0.98; 7,400 steps at 128
-    # tokens, then 600 at 256), so positions up to 256 are trained and SQuAD's windows fit them;
-    # fine-tuning on whole training sets with one setting for every row.
-    "desk": Scale("mini", 8_000, 128, 128, 2e-3, 300, 400, 3, 32, 1e-4, 128, 256, 128, phase2_steps=600,
-                  phase2_seq_length=256, layer_norm_position="pre", eval_interval=400, finetune_dropout=0.1,
-                  pretrain_options=("--dropout", "0", "--adam-beta2", "0.98", "--weight-decay", "0.01",
-                                    "--micro-batch-size", "128", "--eval-samples", "2000"),
-                  # Two micro batches of 64 at 256 tokens: 4.3 GB a process instead of 6.5 GB, so
-                  # three phase 2s fit 24 GB side by side (--jobs 3); the same step up to float order.
-                  phase2_options=("--micro-batch-size", "64")),
-    # The paper's budget for BERT-BASE (1M steps of 256 sequences: 90% at 128 tokens, the last 10%
-    # at 512), fine-tuned with its grid: for a cluster (--launch, docs/finetuning.md).
-    "paper": Scale("base", 1_000_000, 256, 128, 1e-4, 10_000, 10_000, 3, 32, 2e-5, 128, 384, 128, grid=True,
-                   phase2_steps=100_000),
-}
 
 ROW_RUNS = {  # row -> (the objective of the model it fine-tunes, its folder under OUTPUT/finetune)
     "MLM+NSP": ("mlm_nsp", "mlm_nsp"),
@@ -114,6 +50,8 @@ ROW_RUNS = {  # row -> (the objective of the model it fine-tunes, its folder und
     "No pre-training": (None, "no_pretraining"),  # random weights: the floor every other row must clear
 }
 OBJECTIVES = ("mlm_nsp", "mlm", "ltr")
+ROW_SLUGS = {slug: row for row, (_, slug) in ROW_RUNS.items()}
+"""--rows' names for the rows: their folders under OUTPUT/finetune."""
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -139,6 +77,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         help="command prefix for every step, e.g. 'torchrun --nproc_per_node 8' (default: this python)")
     parser.add_argument("--status-interval", type=float, default=600,
                         help="seconds between lines on the running steps (each one's last progress line); 0: none")
+    parser.add_argument("--rows", nargs="+", choices=list(ROW_SLUGS), default=list(ROW_SLUGS), metavar="ROW",
+                        help="run only these rows (" + ", ".join(ROW_SLUGS) + ") and the pre-trainings they need; "
+                             "the report holds every cell finished so far, so rows can run in separate jobs")
     parser.add_argument("--jobs", type=int, default=1,
                         help="steps run at once, each with its share of the cores: the pre-trainings first, and each "
                              "model's cells as soon as it is pre-trained")
@@ -168,16 +109,38 @@ class Experiment:
         self.progress = StepProgress(args.status_interval)
         self._times_lock = threading.Lock()  # steps that run at once record their times
 
+    @property
+    def rows(self) -> list[str]:
+        """The rows --rows asks for, in the paper's order."""
+        return [row for row in ROWS if ROW_RUNS[row][1] in self.args.rows]
+
+    def needs(self, row: str) -> tuple:
+        """The pre-training a row's cells wait for. "No pre-training" needs none when --tokenizer
+        names the tokenizer; otherwise it borrows the one the MLM+NSP pre-training saves."""
+        objective = ROW_RUNS[row][0]
+        if objective is None:
+            return () if self.args.tokenizer else ("mlm_nsp",)
+        return (objective,)
+
+    def steps(self) -> dict:
+        """The steps of the rows asked for: the pre-trainings they need, then their cells."""
+        needed = {objective for row in self.rows for objective in self.needs(row)}
+        steps = {objective: (functools.partial(self.pretrain, objective), ()) for objective in OBJECTIVES if objective in needed}
+        for row in self.rows:
+            steps.update({(row, column): (functools.partial(self.finetune, row, column), self.needs(row))
+                          for column in self.columns})
+        return steps
+
     def run(self) -> dict:
         self.check_data()
         (self.output / "logs").mkdir(parents=True, exist_ok=True)
-        steps = {objective: (functools.partial(self.pretrain, objective), ()) for objective in OBJECTIVES}
-        for row in ROWS:  # "No pre-training" borrows the MLM+NSP model's tokenizer
-            needs = (ROW_RUNS[row][0] or "mlm_nsp",)
-            steps.update({(row, column): (functools.partial(self.finetune, row, column), needs) for column in self.columns})
         with self.progress:
-            summaries = run_steps(steps, self.args.jobs)
-        cells = {row: {column: summaries[row, column] for column in self.columns} for row in ROWS}
+            summaries = run_steps(self.steps(), self.args.jobs)
+        cells = {}
+        for row in ROWS:  # this run's cells, and those an earlier run of other rows finished
+            done = {column: summaries.get((row, column)) or self._finished_cell(row, column) for column in self.columns}
+            if any(done.values()):
+                cells[row] = {column: cell for column, cell in done.items() if cell}
         record = dict(scale=self.args.scale, settings=asdict(self.scale), restarts=self.args.restarts,
                       columns=self.columns, seed=self.args.seed, data=self.args.data, eval_data=self.args.eval_data,
                       budget=dict(pretraining_tokens=self.scale.pretraining_tokens, finetuning_runs_per_cell=self.args.restarts
@@ -185,7 +148,9 @@ class Experiment:
                       pretraining={objective: self._pretraining_summary(objective) for objective in OBJECTIVES},
                       step_seconds=self._times(), cells=cells)
         write_report(self.output, record)
-        print(f"[table5] done: {self.output / 'table5.md'}", flush=True)
+        missing = [f"{row} on {column}" for row in ROWS for column in self.columns if column not in cells.get(row, {})]
+        print(f"[table5] done: {self.output / 'table5.md'}" + (f" (not run yet: {', '.join(missing)})" if missing else ""),
+              flush=True)
         return record
 
     def check_data(self) -> None:
@@ -242,9 +207,16 @@ class Experiment:
                         *s.phase2_options], log)
         (folder / "done.json").write_text(json.dumps(dict(objective=objective, steps=s.pretrain_steps)))
 
+    def _cell_folder(self, row: str, column: str) -> Path:
+        return self.output / "finetune" / ROW_RUNS[row][1] / column
+
+    def _finished_cell(self, row: str, column: str) -> Optional[dict]:
+        results = self._cell_folder(row, column) / "results.json"
+        return _cell(json.loads(results.read_text()), column) if results.is_file() else None
+
     def finetune(self, row: str, column: str) -> dict:
         slug = ROW_RUNS[row][1]
-        folder = self.output / "finetune" / slug / column
+        folder = self._cell_folder(row, column)
         results = folder / "results.json"
         if not results.is_file():
             self._step(f"fine-tuning {row} on {column}", *self._finetune_command(row, column, folder), f"{slug}-{column}")
@@ -256,8 +228,8 @@ class Experiment:
         s = self.scale
         objective = ROW_RUNS[row][0]
         if objective is None:  # random weights of the same shape, with the pre-trained models' tokenizer
-            start = ["--preset", s.preset, "--layer-norm-position", s.layer_norm_position,
-                     "--tokenizer", str(self.output / "pretrain" / "mlm_nsp" / "ckpt" / "tokenizer")]
+            tokenizer = self.args.tokenizer or str(self.output / "pretrain" / "mlm_nsp" / "ckpt" / "tokenizer")
+            start = ["--preset", s.preset, "--layer-norm-position", s.layer_norm_position, "--tokenizer", tokenizer]
         else:
             start = ["--init", str(self.output / "pretrain" / objective / "ckpt")]
         common = [*start, "--output", str(folder), "--restarts", str(self.args.restarts),
