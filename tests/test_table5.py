@@ -198,13 +198,21 @@ def test_a_finished_pretraining_run_is_adopted_only_when_it_matches_the_scale(tm
     tag = run / "step00008000"
     tag.mkdir(parents=True)
     (run / "latest").write_text("step00008000")
-    (run / "metrics.jsonl").write_text('{"step": 8000, "eval/mlm_accuracy": 0.36, "eval/nsp_accuracy": 0.95}\n')
+    (run / "metrics.jsonl").write_text('{"step": 7950, "train_seconds": 9000.5}\n'
+                                       '{"step": 8000, "eval/mlm_accuracy": 0.36, "eval/nsp_accuracy": 0.95}\n')
     marker = {"step": 8000, "model_config": {"layer_norm_position": "pre"},
               "run": {"preset": "mini", "train_steps": 8000, "global_batch_size": 128}}
     (tag / "complete.json").write_text(json.dumps(marker))
-    adopt_pretrained(tmp_path / "t5" / "mlm_nsp", run, "mlm_nsp", SCALES["desk"])
+    assert adopt_pretrained(tmp_path / "t5" / "mlm_nsp", run, "mlm_nsp", SCALES["desk"]) == 9000.5  # its training time
     assert (tmp_path / "t5" / "mlm_nsp" / "ckpt").resolve() == run.resolve()
     assert json.loads((tmp_path / "t5" / "mlm_nsp" / "done.json").read_text())["adopted"] == str(run)
+    # Adopted by the experiment: its training time is that step's time in table5.json.
+    from bert_ds.experiments.table5 import Experiment, parse_args
+
+    experiment = Experiment(parse_args(["--output", str(tmp_path / "t8"), "--glue-dir", "g", "--squad-dir", "s",
+                                        "--pretrained", f"mlm_nsp={run}"]))
+    experiment.pretrain("mlm_nsp")
+    assert json.loads((tmp_path / "t8" / "step_seconds.json").read_text()) == {"pretrain-mlm_nsp": 9000.5}
     marker["run"]["global_batch_size"] = 256
     (tag / "complete.json").write_text(json.dumps(marker))
     with pytest.raises(ConfigError, match="global_batch_size"):

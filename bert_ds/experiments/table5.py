@@ -178,7 +178,9 @@ class Experiment:
             print(f"[table5] pre-training {objective}: done before, skipped", flush=True)
             return
         if objective in self.args.pretrained:
-            adopt_pretrained(folder, Path(self.args.pretrained[objective]), objective, self.scale)
+            seconds = adopt_pretrained(folder, Path(self.args.pretrained[objective]), objective, self.scale)
+            if seconds:  # its training loop's time, so that table5.json has every step's
+                self._record_time(f"pretrain-{objective}", seconds)
             print(f"[table5] pre-training {objective}: the finished run in {self.args.pretrained[objective]}", flush=True)
             return
         s = self.scale
@@ -305,10 +307,11 @@ def _json_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def adopt_pretrained(folder: Path, run: Path, objective: str, scale: Scale) -> None:
+def adopt_pretrained(folder: Path, run: Path, objective: str, scale: Scale) -> Optional[float]:
     """Use a finished pre-training run (its --save folder) as OUTPUT/pretrain/OBJECTIVE: checked to
     have ended at the scale's last step with its model, objective and batch (the rest of the recipe,
-    seed and stream are the caller's word), then linked in with its metrics."""
+    seed and stream are the caller's word), then linked in with its metrics. Returns the run's
+    training seconds (its metrics' last `train_seconds`, summed over its resumed runs), if recorded."""
     from bert_ds.checkpoint import zero
 
     if not run.is_dir():
@@ -331,6 +334,8 @@ def adopt_pretrained(folder: Path, run: Path, objective: str, scale: Scale) -> N
         if not link.exists() and target.exists():
             link.symlink_to(target.resolve())
     (folder / "done.json").write_text(json.dumps(dict(objective=objective, steps=scale.pretrain_steps, adopted=str(run))))
+    seconds = [line["train_seconds"] for line in _json_lines(run / "metrics.jsonl") if "train_seconds" in line]
+    return seconds[-1] if seconds else None
 
 
 class StepFailed(RuntimeError):
