@@ -49,6 +49,9 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
     assert sorted(started) == sorted(["pre-training mlm", "pre-training ltr"] + [
         f"fine-tuning {row} on {column}" for row in ("MLM+NSP", "No NSP", "LTR & No NSP", "+ BiLSTM")
         for column in ("mrpc", "sst2", "squad")]), started
+    again = _experiment(args, shared_cache)  # finished: nothing starts
+    assert again.returncode == 0 and again.stdout.count("done before, skipped") == 3 + 15, again.stdout[-3000:] + again.stderr[-2000:]
+    assert " ..." not in again.stdout
 
     record = json.loads((out / "table5.json").read_text())
     assert record["columns"] == ["mrpc", "sst2", "squad"] and record["restarts"] == 2
@@ -83,6 +86,8 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
     assert len(record["orderings"]) == 18 and "| LTR & No NSP vs MLM+NSP | SQuAD v1.1 (F1) |" in table
     assert (out / "table5.png").stat().st_size > 5_000
 
+    other = _experiment([*args, "--restarts", "3"], shared_cache)  # the last --restarts counts
+    assert other.returncode == 2 and "restarts 3 where it has 2" in other.stderr and "Traceback" not in other.stderr
 
     missing = _experiment(["--output", str(tmp_path / "x"), "--glue-dir", str(tmp_path / "nowhere"), "--squad-dir", str(squad)],
                           shared_cache)
@@ -187,11 +192,19 @@ def test_rows_run_only_the_pretrainings_they_need(tmp_path):
     assert args[args.index("--tokenizer") + 1] == "bert-base-uncased"
     with pytest.raises(SystemExit):
         parse_args(["--output", "o", "--glue-dir", "g", "--squad-dir", "s", "--rows", "bilstm"])
+    # A model still pre-training (another job's) has no held-out result in the report yet.
+    ltr = tmp_path / "pretrain" / "ltr"
+    ltr.mkdir(parents=True)
+    (ltr / "metrics.jsonl").write_text('{"step": 400, "eval/mlm_accuracy": 0.2, "consumed_tokens": 6}\n')
+    assert experiment._pretraining_summary("ltr") == {}
+    (ltr / "done.json").write_text("{}")
+    assert experiment._pretraining_summary("ltr")["held_out_accuracy"] == 0.2
 
 
 def test_a_finished_pretraining_run_is_adopted_only_when_it_matches_the_scale(tmp_path):
     from bert_ds.errors import ConfigError
-    from bert_ds.experiments.table5 import SCALES, adopt_pretrained
+    from bert_ds.experiments.table5 import SCALES
+    from bert_ds.experiments.table5_adopt import adopt_pretrained
 
     run = tmp_path / "desk-run"
     tag = run / "step00008000"
@@ -211,7 +224,7 @@ def test_a_finished_pretraining_run_is_adopted_only_when_it_matches_the_scale(tm
     experiment = Experiment(parse_args(["--output", str(tmp_path / "t8"), "--glue-dir", "g", "--squad-dir", "s",
                                         "--pretrained", f"mlm_nsp={run}"]))
     experiment.pretrain("mlm_nsp")
-    assert json.loads((tmp_path / "t8" / "step_seconds.json").read_text()) == {"pretrain-mlm_nsp": 9000.5}
+    assert json.loads((tmp_path / "t8" / "step_seconds.json").read_text()) == {"pretrain-mlm_nsp (adopted: training loop)": 9000.5}
     marker["run"]["global_batch_size"] = 256
     (tag / "complete.json").write_text(json.dumps(marker))
     with pytest.raises(ConfigError, match="global_batch_size"):

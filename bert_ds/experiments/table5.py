@@ -37,8 +37,10 @@ from typing import Optional
 from bert_ds.errors import USER_ERRORS, ConfigError, report
 from bert_ds.experiments.progress import StepProgress
 from bert_ds.experiments.step_pool import StepProcesses, Stopped, run_steps
-from bert_ds.experiments.table5_report import ROWS, cell_summary, write_report, write_whole
-from bert_ds.experiments.table5_scales import SCALES, Scale
+from bert_ds.experiments.shared_output import check_options, claimed, update_json
+from bert_ds.experiments.table5_adopt import adopt_pretrained, json_lines
+from bert_ds.experiments.table5_report import ROWS, results_cell, write_report
+from bert_ds.experiments.table5_scales import SCALES
 
 PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -134,6 +136,7 @@ class Experiment:
     def run(self) -> dict:
         self.check_data()
         (self.output / "logs").mkdir(parents=True, exist_ok=True)
+        check_options(self.output, self.result_options())
         with self.progress:
             summaries = run_steps(self.steps(), self.args.jobs)
         cells = {}
@@ -152,6 +155,12 @@ class Experiment:
         print(f"[table5] done: {self.output / 'table5.md'}" + (f" (not run yet: {', '.join(missing)})" if missing else ""),
               flush=True)
         return record
+
+    def result_options(self) -> dict:
+        """The options that decide a cell's result: every job of one --output must share them."""
+        a = self.args
+        return dict(scale=a.scale, restarts=a.restarts, seed=a.seed, pair_task=a.pair_task, data=a.data,
+                    eval_data=a.eval_data, tokenizer=a.tokenizer)
 
     def check_data(self) -> None:
         """Every fine-tuning file read as its task reads it, before hours of pre-training: a missing
@@ -174,13 +183,18 @@ class Experiment:
 
     def pretrain(self, objective: str) -> None:
         folder = self.output / "pretrain" / objective
+        with claimed(folder / ".claim", f"pre-training {objective}", self.processes.check, self._say):
+            self._pretrain(objective, folder)
+
+    def _pretrain(self, objective: str, folder: Path) -> None:
         if (folder / "done.json").is_file():
             print(f"[table5] pre-training {objective}: done before, skipped", flush=True)
             return
         if objective in self.args.pretrained:
             seconds = adopt_pretrained(folder, Path(self.args.pretrained[objective]), objective, self.scale)
-            if seconds:  # its training loop's time, so that table5.json has every step's
-                self._record_time(f"pretrain-{objective}", seconds)
+            if seconds:  # its training loop's time (no start-up), so that table5.json has every step's
+                update_json(self.output / "step_seconds.json",
+                            lambda times: times.update({f"pretrain-{objective} (adopted: training loop)": seconds}))
             print(f"[table5] pre-training {objective}: the finished run in {self.args.pretrained[objective]}", flush=True)
             return
         s = self.scale
@@ -214,17 +228,23 @@ class Experiment:
 
     def _finished_cell(self, row: str, column: str) -> Optional[dict]:
         results = self._cell_folder(row, column) / "results.json"
-        return _cell(json.loads(results.read_text()), column) if results.is_file() else None
+        return results_cell(json.loads(results.read_text()), column) if results.is_file() else None
 
     def finetune(self, row: str, column: str) -> dict:
         slug = ROW_RUNS[row][1]
         folder = self._cell_folder(row, column)
         results = folder / "results.json"
-        if not results.is_file():
-            self._step(f"fine-tuning {row} on {column}", *self._finetune_command(row, column, folder), f"{slug}-{column}")
-        else:
-            print(f"[table5] fine-tuning {row} on {column}: done before, skipped", flush=True)
-        return _cell(json.loads(results.read_text()), column)
+        what = f"fine-tuning {row} on {column}"
+        with claimed(folder.parent / f".{column}.claim", what, self.processes.check, self._say):
+            if not results.is_file():
+                self._step(what, *self._finetune_command(row, column, folder), f"{slug}-{column}")
+            else:
+                self._say(f"{what}: done before, skipped")
+        return results_cell(json.loads(results.read_text()), column)
+
+    @staticmethod
+    def _say(line: str) -> None:
+        print(f"[table5] {line}", flush=True)
 
     def _finetune_command(self, row: str, column: str, folder: Path) -> tuple[Path, list[str]]:
         s = self.scale
@@ -285,15 +305,19 @@ class Experiment:
         return json.loads(path.read_text()) if path.is_file() else {}
 
     def _record_time(self, log_name: str, seconds: float) -> None:
-        with self._times_lock:
-            times = self._times()
+        def add(times: dict) -> None:
             times[log_name] = round(times.get(log_name, 0.0) + seconds, 1)
-            write_whole(self.output / "step_seconds.json", json.dumps(times, indent=1))
+
+        with self._times_lock:  # steps of this job, and other jobs of the same --output
+            update_json(self.output / "step_seconds.json", add)
 
     def _pretraining_summary(self, objective: str) -> dict:
-        """The model's last held-out evaluation (masked-LM or, for LTR, next-token accuracy; NSP)."""
+        """The finished model's last held-out evaluation (masked-LM or, for LTR, next-token accuracy;
+        NSP); none for a model still pre-training (another job's, or a stopped one)."""
+        if not (self.output / "pretrain" / objective / "done.json").is_file():
+            return {}
         metrics = self.output / "pretrain" / objective / "metrics.jsonl"
-        evaluations = [line for line in _json_lines(metrics) if "eval/mlm_accuracy" in line]
+        evaluations = [line for line in json_lines(metrics) if "eval/mlm_accuracy" in line]
         if not evaluations:
             return {}
         last = evaluations[-1]
@@ -301,62 +325,8 @@ class Experiment:
                 "held_out_nsp_accuracy": last.get("eval/nsp_accuracy"), "consumed_tokens": last.get("consumed_tokens")}
 
 
-def _json_lines(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def adopt_pretrained(folder: Path, run: Path, objective: str, scale: Scale) -> Optional[float]:
-    """Use a finished pre-training run (its --save folder) as OUTPUT/pretrain/OBJECTIVE: checked to
-    have ended at the scale's last step with its model, objective and batch (the rest of the recipe,
-    seed and stream are the caller's word), then linked in with its metrics. Returns the run's
-    training seconds (its metrics' last `train_seconds`, summed over its resumed runs), if recorded."""
-    from bert_ds.checkpoint import zero
-
-    if not run.is_dir():
-        raise ConfigError(f"--pretrained {objective}={run}: no such folder.")
-    latest = zero.latest_complete_tag(str(run))
-    if latest is None:
-        raise ConfigError(f"--pretrained {objective}={run}: holds no complete checkpoint.")
-    marker = zero.read_marker(str(run), latest)
-    stored = marker.get("run", {})
-    expected = {"preset": scale.preset, "train_steps": scale.pretrain_steps, "global_batch_size": scale.global_batch_size}
-    wrong = {key: stored.get(key) for key, value in expected.items() if stored.get(key) != value}
-    if int(latest.removeprefix("step")) != scale.pretrain_steps or wrong:
-        raise ConfigError(f"--pretrained {objective}={run}: its latest checkpoint is {latest} with {wrong or stored}; "
-                          f"the scale needs {scale.pretrain_steps} steps of {expected}.")
-    if (marker.get("model_config") or {}).get("layer_norm_position", scale.layer_norm_position) != scale.layer_norm_position:
-        raise ConfigError(f"--pretrained {objective}={run}: not {scale.layer_norm_position}-LN as the scale's models.")
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, target in (("ckpt", run), ("metrics.jsonl", run / "metrics.jsonl")):
-        link = folder / name
-        if not link.exists() and target.exists():
-            link.symlink_to(target.resolve())
-    (folder / "done.json").write_text(json.dumps(dict(objective=objective, steps=scale.pretrain_steps, adopted=str(run))))
-    seconds = [line["train_seconds"] for line in _json_lines(run / "metrics.jsonl") if "train_seconds" in line]
-    return seconds[-1] if seconds else None
-
-
 class StepFailed(RuntimeError):
     """A step's entrypoint exited non-zero (its log is named)."""
-
-
-# The number each column reports (the paper's Table 5: accuracy, SQuAD F1), as a percentage.
-METRIC = {"squad": ("f1", 1.0)}
-DEFAULT_METRIC = ("accuracy", 100.0)
-
-
-def _cell(results: dict, column: str) -> dict:
-    """A cell's summary from the task's results.json: each run's final-epoch dev score."""
-    name, factor = METRIC.get(column, DEFAULT_METRIC)
-
-    def score(metrics: dict) -> float:
-        return factor * float(next(iter(metrics.values()))[name])
-
-    scores = [score(run["history"][-1]["dev"]) for run in results["all_runs"]]
-    selected = factor * float(results["metrics"][name])
-    return dict(cell_summary(scores, selected, results["selection_budget"]), metric=name)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

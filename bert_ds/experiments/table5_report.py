@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from pathlib import Path
 
+from bert_ds.experiments.shared_output import write_whole
 from bert_ds.experiments.table5_orderings import markdown as orderings_markdown
 from bert_ds.experiments.table5_orderings import orderings
 
@@ -33,6 +35,23 @@ def cell_summary(scores: list[float], selected: float, selection_budget: dict) -
                 best=max(scores), selected=selected, selection_budget=selection_budget)
 
 
+# The number each column reports (the paper's Table 5: accuracy, SQuAD F1), as a percentage.
+METRIC = {"squad": ("f1", 1.0)}
+DEFAULT_METRIC = ("accuracy", 100.0)
+
+
+def results_cell(results: dict, column: str) -> dict:
+    """A cell's summary from the task's results.json: each run's final-epoch dev score."""
+    name, factor = METRIC.get(column, DEFAULT_METRIC)
+
+    def score(metrics: dict) -> float:
+        return factor * float(next(iter(metrics.values()))[name])
+
+    scores = [score(run["history"][-1]["dev"]) for run in results["all_runs"]]
+    selected = factor * float(results["metrics"][name])
+    return dict(cell_summary(scores, selected, results["selection_budget"]), metric=name)
+
+
 def write_report(output: Path, record: dict) -> None:
     """table5.json (the record with its orderings), table5.md and table5.png, each written whole then
     moved in place."""
@@ -40,12 +59,6 @@ def write_report(output: Path, record: dict) -> None:
     write_whole(output / "table5.json", json.dumps(record, indent=1))
     write_whole(output / "table5.md", markdown(record))
     plot(record, output / "table5.png")
-
-
-def write_whole(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
 
 
 def markdown(record: dict) -> str:
@@ -110,7 +123,7 @@ def plot(record: dict, path: Path) -> None:
     axes[0][0].legend(fontsize=8)
     figure.suptitle(f"Table 5 in miniature ({record['scale']})", fontsize=11)
     figure.tight_layout()
-    temporary = path.with_name(path.stem + ".tmp.png")
+    temporary = path.with_name(f"{path.stem}.{os.getpid()}.tmp.png")  # several jobs may write the report
     figure.savefig(temporary, dpi=110)
     plt.close(figure)
     temporary.replace(path)
