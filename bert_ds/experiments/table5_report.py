@@ -68,8 +68,8 @@ def markdown(record: dict) -> str:
     header = "| Tasks | " + " | ".join(f"{COLUMN_NAMES.get(c, c)} ours | paper" for c in columns) + " |"
     cap = record["settings"].get("max_train_examples")
     lines = [f"Table 5 in miniature, scale `{record['scale']}`: dev scores, mean ± std over "
-             f"{record['restarts']} restart(s) per cell; pre-training {record['budget']['pretraining_tokens']:,} tokens "
-             "per model" + (f"; fine-tuning on the first {cap:,} training examples of each task" if cap
+             f"{record['restarts']} restart(s) per cell; pre-training {record['budget']['pretraining_tokens']:,} token "
+             "positions (sequences × length, padding included) per model" + (f"; fine-tuning on the first {cap:,} training examples of each task" if cap
                             else "; fine-tuning on whole training sets") + ".",
              "", header, "|---|" + "---|---|" * len(columns)]
     for row in ROWS:
