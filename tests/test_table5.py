@@ -201,6 +201,56 @@ def test_rows_run_only_the_pretrainings_they_need(tmp_path):
     assert experiment._pretraining_summary("ltr")["held_out_accuracy"] == 0.2
 
 
+def test_a_step_another_job_is_running_is_waited_for_then_found_done(tmp_path, monkeypatch, capsys):
+    """Jobs of one --output (--rows) claim each step: a cell another job holds is waited for, then
+    skipped once that job has written its results; a stop ends the wait (Stopped, not a hang)."""
+    import threading
+
+    from bert_ds.experiments import shared_output
+    from bert_ds.experiments.shared_output import claimed
+    from bert_ds.experiments.step_pool import Stopped
+    from bert_ds.experiments.table5 import Experiment, parse_args
+
+    monkeypatch.setattr(shared_output, "POLL_SECONDS", 0.05)
+    experiment = Experiment(parse_args(["--output", str(tmp_path), "--glue-dir", "g", "--squad-dir", "s",
+                                        "--tokenizer", "bert-base-uncased"]))
+    started = []
+    experiment._step = lambda what, script, args, log: started.append(what)
+    cell = tmp_path / "finetune" / "no_pretraining" / "sst2"
+    holding, release = threading.Event(), threading.Event()
+
+    def other_job(claim, results):
+        with claimed(claim, "x", lambda: None, lambda line: None):
+            holding.set()
+            release.wait(10)
+            if results:
+                cell.mkdir(parents=True)
+                (cell / "results.json").write_text(json.dumps({
+                    "all_runs": [{"history": [{"dev": {"sst2": {"accuracy": 0.9}}}]}], "metrics": {"accuracy": 0.9},
+                    "selection_budget": {}}))
+
+    other = threading.Thread(target=other_job, args=(cell.parent / ".sst2.claim", True))
+    other.start()
+    holding.wait(10)
+    threading.Timer(0.3, release.set).start()
+    summary = experiment.finetune("No pre-training", "sst2")
+    other.join(10)
+    assert started == [] and summary["scores"] == [90.0]
+    out = capsys.readouterr().out
+    assert "fine-tuning No pre-training on sst2: another job is running it; waiting" in out and "done before, skipped" in out
+
+    holding.clear(), release.clear()
+    other = threading.Thread(target=other_job, args=(tmp_path / "pretrain" / "ltr" / ".claim", False))
+    other.start()
+    holding.wait(10)
+    experiment.processes.stopped_by = signal.SIGTERM  # what the experiment's signal handler sets
+    with pytest.raises(Stopped):
+        experiment.pretrain("ltr")
+    release.set()
+    other.join(10)
+    assert started == []
+
+
 def test_a_finished_pretraining_run_is_adopted_only_when_it_matches_the_scale(tmp_path):
     from bert_ds.errors import ConfigError
     from bert_ds.experiments.table5 import SCALES
@@ -231,6 +281,13 @@ def test_a_finished_pretraining_run_is_adopted_only_when_it_matches_the_scale(tm
         adopt_pretrained(tmp_path / "t6" / "mlm_nsp", run, "mlm_nsp", SCALES["desk"])
     with pytest.raises(ConfigError, match="no such folder"):
         adopt_pretrained(tmp_path / "t7", tmp_path / "nowhere", "mlm", SCALES["desk"])
+    # A pre-training of the experiment's own began in that folder: never silently kept as the adopted model.
+    marker["run"]["global_batch_size"] = 128
+    (tag / "complete.json").write_text(json.dumps(marker))
+    (tmp_path / "t9" / "mlm_nsp" / "ckpt" / "step00000400").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"already holds a pre-training begun in this experiment"):
+        adopt_pretrained(tmp_path / "t9" / "mlm_nsp", run, "mlm_nsp", SCALES["desk"])
+    assert adopt_pretrained(tmp_path / "t5" / "mlm_nsp", run, "mlm_nsp", SCALES["desk"]) == 9000.5  # adopted before: fine
 
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -261,17 +318,26 @@ def test_a_signal_to_the_experiment_reaches_its_running_steps(tmp_path, shared_c
     assert set(json.loads((out / "step_seconds.json").read_text())) == {"pretrain-mlm", "pretrain-mlm_nsp"}
 
 
-def test_a_step_that_a_signal_ended_stops_the_experiment_instead_of_failing_it(tmp_path, shared_cache):
-    """scancel signals every process of a job: a step may end by it before the experiment's own
-    handler runs. That is a stop (143, "goes on"), not a failed step (2, "error:")."""
+@pytest.mark.parametrize("signal_name", ["TERM", "KILL"])
+def test_a_step_that_a_signal_ended_stops_or_fails_the_experiment(tmp_path, shared_cache, signal_name):
+    """scancel signals every process of a job: a step may end by SIGTERM before the experiment's own
+    handler runs. That is a stop (143, "goes on"), not a failed step (2, "error:"). SIGKILL, which
+    the kernel's OOM killer sends with no word in the step's log, fails it with a line saying where
+    to look."""
     glue, squad, out = _task_folders(tmp_path)
     step = tmp_path / "step.sh"
-    step.write_text("kill -TERM $$\n")
+    step.write_text(f"echo started\nkill -{signal_name} $$\n")
     experiment = _start(out, glue, squad, step, shared_cache)
     stdout, stderr = experiment.communicate(timeout=120)
-    assert experiment.returncode == 143, stdout[-2000:] + stderr[-2000:]
-    assert "stopped by SIGTERM" in stderr and "error:" not in stderr
-    assert stdout.count("[table5] pre-training") == 2  # "mlm_nsp ..." and "mlm_nsp: stopped"; mlm never started
+    assert "Traceback" not in stderr
+    if signal_name == "TERM":
+        assert experiment.returncode == 143, stdout[-2000:] + stderr[-2000:]
+        assert "stopped by SIGTERM" in stderr and "error:" not in stderr
+        assert stdout.count("[table5] pre-training") == 2  # "mlm_nsp ..." and "mlm_nsp: stopped"; mlm never started
+    else:
+        assert experiment.returncode == 2, stdout[-2000:] + stderr[-2000:]
+        assert "pre-training mlm_nsp failed (killed by SIGKILL: the kernel's out-of-memory killer" in stderr
+        assert "started" in stderr  # the log's end
 
 
 def _task_folders(tmp_path):

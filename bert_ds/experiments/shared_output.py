@@ -1,80 +1,76 @@
 """One experiment folder shared by several jobs (Table 5's `--rows`: a row, or a model and its
 cells, a job each).
 
-- The options that decide a result are written once, to OUTPUT/options.json; a later job with
-  another value is refused, naming the option, so that cells made with different settings never
-  meet in one table.
-- A step (a pre-training, a cell) is claimed with an advisory lock on its folder: a second job that
-  needs the same step waits for the first to finish it and then finds it done, instead of training
-  into the same checkpoint folder. Waiting polls, so that a signal to stop still ends the job.
-- Files several jobs update (the step times) are read, changed and written under a lock, each
-  writer through a temporary file of its own.
+- The options that decide a result are written to OUTPUT/options.json by the first job; a later
+  job with another value is refused, naming the option, so that cells made with different
+  settings never meet in one table. While nothing has been made with them (a first job that
+  failed on a typo), a job's options replace the record instead.
+- A step (a pre-training, a cell) is claimed with an advisory lock: a second job that needs the
+  same step waits for the first to finish it and then finds it done, instead of training into the
+  same checkpoint folder. Waiting polls, so that a signal to stop still ends the job.
+- Files several jobs update (the step times, the report) are read, changed and written under a
+  lock, each writer through a temporary file of its own (host and process in its name).
+
+Locks are flock's (runtime/cache.py's `exclusive`): on a file system without them (Lustre without
+`-o flock`, NFS with `nolock`) each job warns once and goes on unlocked, and node-local locks (NFS
+`local_lock`, Lustre `localflock`) do not reach jobs on other nodes: there, run the jobs of one
+folder one after the other, or on one node.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 from bert_ds.errors import ConfigError
+from bert_ds.runtime.cache import exclusive, staging_path
 
 OPTIONS_FILE = "options.json"
 POLL_SECONDS = 5.0
+WITHOUT_LOCKS = ("jobs of this experiment folder cannot see each other's steps: run them one after the other "
+                 "(or put --output on a file system with locks).")
 
 
-def check_options(output: Path, options: dict) -> None:
-    """Record `options` in OUTPUT/options.json on the first run; refuse a later one that differs."""
+def check_options(output: Path, options: dict, anything_made: bool) -> None:
+    """Record `options` in OUTPUT/options.json; refuse a job whose options differ from a record
+    that something was made with. Options the record predates are added to it."""
     path = output / OPTIONS_FILE
     with locked(output / ".options.lock"):
-        if not path.is_file():
-            write_whole(path, json.dumps(options, indent=1))
-            return
-        recorded = json.loads(path.read_text())
-    differing = [name for name in options if name in recorded and recorded[name] != options[name]]
-    if differing:
-        said = "; ".join(f"{name} {options[name]!r} where it has {recorded[name]!r}" for name in differing)
-        raise ConfigError(f"{output}: made with other settings ({path}): {said}. Every job of one experiment "
-                          "needs the same ones; use another --output for other settings.")
+        recorded = json.loads(path.read_text()) if path.is_file() else {}
+        differing = [name for name in options if name in recorded and recorded[name] != options[name]]
+        if differing and anything_made:
+            said = "; ".join(f"{name} {options[name]!r} where it has {recorded[name]!r}" for name in differing)
+            raise ConfigError(f"{output}: made with other settings ({path}): {said}. Every job of one experiment "
+                              "needs the same ones; use another --output for other settings.")
+        if differing or set(options) - set(recorded):
+            write_whole(path, json.dumps({**recorded, **options}, indent=1))
 
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on `path` (created), held for the block; waits without polling."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    """An exclusive lock on the file `path` (created) for the block; waits for it."""
+    with exclusive(path, without_locks=WITHOUT_LOCKS):
+        yield
 
 
 @contextlib.contextmanager
 def claimed(claim: Path, what: str, still_running: Callable[[], None], say: Callable[[str], None]) -> Iterator[None]:
     """Hold the lock file `claim` for the block. If another job holds it, say so once and wait,
     calling `still_running` (which raises to stop) between tries."""
-    claim.parent.mkdir(parents=True, exist_ok=True)
-    with open(claim, "a") as handle:
-        waited = False
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not waited:
-                    say(f"{what}: another job is running it; waiting for that job to finish it")
-                    waited = True
-                still_running()
-                time.sleep(POLL_SECONDS)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    waited = False
+    while True:
+        with exclusive(claim, wait=False, without_locks=WITHOUT_LOCKS) as held:
+            if held:
+                yield
+                return
+        if not waited:
+            say(f"{what}: another job is running it; waiting for that job to finish it")
+            waited = True
+        still_running()
+        time.sleep(POLL_SECONDS)
 
 
 def update_json(path: Path, change: Callable[[dict], None]) -> None:
@@ -87,6 +83,6 @@ def update_json(path: Path, change: Callable[[dict], None]) -> None:
 
 def write_whole(path: Path, text: str) -> None:
     """Write to a temporary file of this process, then move it in place: a reader never sees half."""
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    temporary = staging_path(path)
     temporary.write_text(text)
     temporary.replace(path)

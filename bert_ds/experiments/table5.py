@@ -26,6 +26,7 @@ import functools
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -37,7 +38,7 @@ from typing import Optional
 from bert_ds.errors import USER_ERRORS, ConfigError, report
 from bert_ds.experiments.progress import StepProgress
 from bert_ds.experiments.step_pool import StepProcesses, Stopped, run_steps
-from bert_ds.experiments.shared_output import check_options, claimed, update_json
+from bert_ds.experiments.shared_output import check_options, claimed, locked, update_json
 from bert_ds.experiments.table5_adopt import adopt_pretrained, json_lines
 from bert_ds.experiments.table5_report import ROWS, results_cell, write_report
 from bert_ds.experiments.table5_scales import SCALES
@@ -136,9 +137,13 @@ class Experiment:
     def run(self) -> dict:
         self.check_data()
         (self.output / "logs").mkdir(parents=True, exist_ok=True)
-        check_options(self.output, self.result_options())
+        check_options(self.output, self.result_options(), self._anything_made())
         with self.progress:
             summaries = run_steps(self.steps(), self.args.jobs)
+        with locked(self.output / ".report.lock"):  # another job's report, written before, is older than this one
+            return self._report(summaries)
+
+    def _report(self, summaries: dict) -> dict:
         cells = {}
         for row in ROWS:  # this run's cells, and those an earlier run of other rows finished
             done = {column: summaries.get((row, column)) or self._finished_cell(row, column) for column in self.columns}
@@ -146,6 +151,7 @@ class Experiment:
                 cells[row] = {column: cell for column, cell in done.items() if cell}
         record = dict(scale=self.args.scale, settings=asdict(self.scale), restarts=self.args.restarts,
                       columns=self.columns, seed=self.args.seed, data=self.args.data, eval_data=self.args.eval_data,
+                      tokenizer=self.args.tokenizer,
                       budget=dict(pretraining_tokens=self.scale.pretraining_tokens, finetuning_runs_per_cell=self.args.restarts
                                   * (18 if self.scale.grid else 1)),
                       pretraining={objective: self._pretraining_summary(objective) for objective in OBJECTIVES},
@@ -161,6 +167,10 @@ class Experiment:
         a = self.args
         return dict(scale=a.scale, restarts=a.restarts, seed=a.seed, pair_task=a.pair_task, data=a.data,
                     eval_data=a.eval_data, tokenizer=a.tokenizer)
+
+    def _anything_made(self) -> bool:
+        """Whether a pre-training or a cell has begun in --output (so its options are those of a result)."""
+        return any(self.output.glob("pretrain/*/ckpt")) or any(self.output.glob("finetune/*/*/results.json"))
 
     def check_data(self) -> None:
         """Every fine-tuning file read as its task reads it, before hours of pre-training: a missing
@@ -294,7 +304,10 @@ class Experiment:
             if said is not None:  # the step's own one-line user error
                 raise StepFailed(f"{what} failed: {said[len('error: '):]} (log: {log})")
             tail = "\n".join(lines[-15:])
-            raise StepFailed(f"{what} failed (exit {returncode}); the end of {log}:\n{tail}")
+            how = f"exit {returncode}"
+            if returncode == -signal.SIGKILL:  # what the kernel's out-of-memory killer sends, and says nothing else
+                how = "killed by SIGKILL: the kernel's out-of-memory killer does this; `dmesg | grep -i oom` tells"
+            raise StepFailed(f"{what} failed ({how}); the end of {log}:\n{tail}")
         seconds = time.monotonic() - began
         self._record_time(log_name, seconds)
         print(f"[table5] {what}: {seconds:,.0f}s", flush=True)

@@ -41,7 +41,12 @@ def adopt_pretrained(folder: Path, run: Path, objective: str, scale: Scale) -> O
     folder.mkdir(parents=True, exist_ok=True)
     for name, target in (("ckpt", run), ("metrics.jsonl", run / "metrics.jsonl")):
         link = folder / name
-        if not link.exists() and target.exists():
+        if link.is_symlink() and link.resolve() == target.resolve():
+            continue  # adopted before
+        if link.exists() or link.is_symlink():  # a pre-training of its own began here (another job's, a stopped one)
+            raise ConfigError(f"--pretrained {objective}={run}: {link} already holds a pre-training begun in this "
+                              "experiment; remove it (and its metrics.jsonl) to adopt the finished run instead.")
+        if target.exists():
             link.symlink_to(target.resolve())
     (folder / "done.json").write_text(json.dumps(dict(objective=objective, steps=scale.pretrain_steps, adopted=str(run))))
     seconds = [line["train_seconds"] for line in json_lines(run / "metrics.jsonl") if "train_seconds" in line]

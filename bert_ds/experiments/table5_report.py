@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 from pathlib import Path
 
 from bert_ds.experiments.shared_output import write_whole
+from bert_ds.runtime.cache import staging_path
 from bert_ds.experiments.table5_orderings import markdown as orderings_markdown
 from bert_ds.experiments.table5_orderings import orderings
 
@@ -123,7 +123,7 @@ def plot(record: dict, path: Path) -> None:
     axes[0][0].legend(fontsize=8)
     figure.suptitle(f"Table 5 in miniature ({record['scale']})", fontsize=11)
     figure.tight_layout()
-    temporary = path.with_name(f"{path.stem}.{os.getpid()}.tmp.png")  # several jobs may write the report
-    figure.savefig(temporary, dpi=110)
+    temporary = staging_path(path)  # several jobs may write the report
+    figure.savefig(temporary, dpi=110, format="png")
     plt.close(figure)
     temporary.replace(path)

@@ -26,10 +26,12 @@ def cache_dir() -> Path:
 
 
 @contextlib.contextmanager
-def exclusive(lock_path: Path, wait: bool = True) -> Iterator[bool]:
+def exclusive(lock_path: Path, wait: bool = True, without_locks: str = "") -> Iterator[bool]:
     """Hold an exclusive lock on `lock_path` (created if missing); yields whether it is held
     (always, with `wait`; without, False when another process holds it). The kernel drops it when
-    the process dies, so a killed builder never leaves the others waiting."""
+    the process dies, so a killed builder never leaves the others waiting. On a file system
+    without locks it yields True after one warning per folder, whose second half is
+    `without_locks` (the cache's advice by default)."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "w") as lock:
         try:
@@ -40,7 +42,7 @@ def exclusive(lock_path: Path, wait: bool = True) -> Iterator[bool]:
         except OSError as error:
             if error.errno not in _NO_LOCKS:
                 raise
-            _warn_no_locks(lock_path, error)
+            _warn_no_locks(lock_path, error, without_locks or CACHE_WITHOUT_LOCKS)
         yield True
 
 
@@ -68,10 +70,12 @@ _NO_LOCKS = {errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL}
 _warned: set[Path] = set()
 
 
-def _warn_no_locks(lock_path: Path, error: OSError) -> None:
+CACHE_WITHOUT_LOCKS = ("processes may build the same cached file at once; set BERT_DS_CACHE to a folder on a "
+                       "file system with locks (e.g. node-local /tmp, or Lustre mounted with -o flock) to build each once.")
+
+
+def _warn_no_locks(lock_path: Path, error: OSError, consequence: str) -> None:
     if lock_path.parent not in _warned:
         _warned.add(lock_path.parent)
-        print(f"bert_ds: warning: {lock_path.parent} cannot be locked ({error.strerror}): processes may build the "
-              "same cached file at once; set BERT_DS_CACHE to a folder on a file system with locks "
-              "(e.g. node-local /tmp, or Lustre mounted with -o flock) to build each once.",
+        print(f"bert_ds: warning: {lock_path.parent} cannot be locked ({error.strerror}): {consequence}",
               file=sys.stderr, flush=True)
