@@ -160,9 +160,14 @@ def test_desk_scale_runs_the_desk_recipe_and_a_random_floor(tmp_path):
     for run in (phase1, phase2):
         assert (run.model.layer_norm_position, run.model.dropout, run.optim.adam_beta2, run.optim.lr) == ("pre", 0.0, 0.98, 2e-3)
         assert (run.eval.eval_data, run.eval.eval_interval, run.data.objective) == (["held=/data/held"], 400, "ltr")
-    # Phase 2 in two micro batches (three phase 2s side by side fit 24 GB), the same global batch.
-    assert (phase1.optim.micro_batch_size, phase2.optim.micro_batch_size) == (128, 64)
+    # The same global batch in every phase and objective; phase 2 in two micro batches (three phase
+    # 2s side by side fit 24 GB), the LTR model's in four and eight (its logits cover every position).
+    assert (phase1.optim.micro_batch_size, phase2.optim.micro_batch_size) == (32, 16)
     assert phase1.optim.global_batch_size == phase2.optim.global_batch_size == 128
+    steps.clear()
+    experiment.pretrain("mlm")
+    mlm1, mlm2 = (pretrain_args(args) for _, _, args in steps)
+    assert (mlm1.optim.micro_batch_size, mlm2.optim.micro_batch_size) == (128, 64) and mlm2.optim.global_batch_size == 128
     desk = SCALES["desk"]
     assert desk.squad_max_seq_length <= desk.phase2_seq_length and desk.max_train_examples is None
     script, args = experiment._finetune_command("No pre-training", "squad", tmp_path / "cell")

@@ -64,7 +64,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--glue-dir", required=True, help="glue_data folder with SST-2 and the pair task's folder")
     parser.add_argument("--squad-dir", required=True, help="folder with train-v1.1.json and dev-v1.1.json")
     parser.add_argument("--scale", choices=sorted(SCALES), default="desk",
-                        help="smoke (fixtures), desk (2 CPU cores, about 16 hours with --jobs 3) or paper (a cluster)")
+                        help="smoke (fixtures), desk (2 CPU cores, about 26 hours) or paper (a cluster)")
     parser.add_argument("--restarts", type=int, default=3, help="fine-tuning seeds per cell")
     parser.add_argument("--pair-task", default="mrpc", choices=["mrpc", "rte", "qnli", "mnli"],
                         help="the sentence-pair task (the paper reports MNLI, QNLI and MRPC)")
@@ -218,19 +218,20 @@ class Experiment:
             args += ["--tokenizer", self.args.tokenizer]
         if s.eval_interval and self.args.eval_data:
             args += ["--eval-data", *self.args.eval_data, "--eval-interval", str(s.eval_interval)]
+        micro = [("--micro-batch-size", str(size)) for size in s.ltr_micro_batch_sizes] if objective == "ltr" else [(), ()]
         what, log = f"pre-training {objective}", f"pretrain-{objective}"
         folder.mkdir(parents=True, exist_ok=True)
         if not s.phase2_steps:
-            self._step(what, PACKAGE / "pretrain.py", [*args, "--seq-length", str(s.seq_length)], log)
+            self._step(what, PACKAGE / "pretrain.py", [*args, "--seq-length", str(s.seq_length), *micro[0]], log)
         else:  # one schedule, two runs: phase 2 resumes phase 1's last checkpoint at longer sequences
             phase1_end = s.pretrain_steps - s.phase2_steps
             if not (folder / "phase1_done.json").is_file():  # a rerun must not replay phase 1 over phase 2
                 self._step(f"{what}, phase 1", PACKAGE / "pretrain.py",
-                           [*args, "--seq-length", str(s.seq_length), "--stop-at-step", str(phase1_end)], log)
+                           [*args, "--seq-length", str(s.seq_length), "--stop-at-step", str(phase1_end), *micro[0]], log)
                 (folder / "phase1_done.json").write_text(json.dumps(dict(objective=objective, steps=phase1_end)))
             self._step(f"{what}, phase 2", PACKAGE / "pretrain.py",
                        [*args, "--seq-length", str(s.phase2_seq_length), "--phase-start-step", str(phase1_end),
-                        *s.phase2_options], log)
+                        *s.phase2_options, *micro[1]], log)
         (folder / "done.json").write_text(json.dumps(dict(objective=objective, steps=s.pretrain_steps)))
 
     def _cell_folder(self, row: str, column: str) -> Path:
