@@ -95,7 +95,7 @@ def resolve_finetune_plan(job: FinetuneConfig, tasks: list[TaskPlan], target: st
         weights, gradients, optimizer,
         buffer_bytes(params, precision, stage, dp, ds_config["zero_optimization"]),
         activation_bytes(config, job.recipe.max_seq_length, sequences, job.parallel.tensor_parallel, config.num_layers, precision,
-                         device_type == "gpu", mask_prob=0.0),
+                         device_type == "gpu", predicted=0.0),
     )
     text = f"{tokenizer.name}: {tokenizer.vocab_size:,} entries, {tokenizer.casing()}"
     full = finetuning_parameters(config, 1, biggest, pooler)

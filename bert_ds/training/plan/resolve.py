@@ -171,6 +171,7 @@ def resolve_plan(run: RunConfig, target: str = "auto", tokenizer=None, env: Opti
         tp=run.parallel.tensor_parallel, pp=run.parallel.pipeline_parallel, dp=dp, zero_stage=stage, precision=precision,
         gpu=device_type == "gpu", offload=deepspeed.offloaded,
         zero_config=ds_config["zero_optimization"], with_nsp=with_nsp,
+        predicted=1.0 if run.data.objective == "ltr" else run.data.mask_prob,
     )
     samples = sample_sources(run, tokenizer) if sample_data and tokenizer is not None else []
     return LaunchPlan(
