@@ -218,7 +218,9 @@ class Experiment:
             args += ["--tokenizer", self.args.tokenizer]
         if s.eval_interval and self.args.eval_data:
             args += ["--eval-data", *self.args.eval_data, "--eval-interval", str(s.eval_interval)]
-        micro = [("--micro-batch-size", str(size)) for size in s.ltr_micro_batch_sizes] if objective == "ltr" else [(), ()]
+        micro = [(), ()]  # each phase's extra options
+        if objective == "ltr" and s.ltr_micro_batch_sizes:
+            micro = [("--micro-batch-size", str(size)) for size in s.ltr_micro_batch_sizes]
         what, log = f"pre-training {objective}", f"pretrain-{objective}"
         folder.mkdir(parents=True, exist_ok=True)
         if not s.phase2_steps:
