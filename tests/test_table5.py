@@ -119,7 +119,7 @@ def test_paper_scale_pretrains_in_the_papers_two_phases(tmp_path):
 
     experiment = Experiment(parse_args(["--output", str(tmp_path), "--glue-dir", "g", "--squad-dir", "s", "--scale", "paper"]))
     steps = []
-    experiment._step = lambda what, script, args, log: steps.append((what, script.name, args))
+    experiment._step = lambda what, script, args, log, claim: steps.append((what, script.name, args))
     experiment.pretrain("mlm")
     assert [(what, script) for what, script, _ in steps] == [("pre-training mlm, phase 1", "pretrain.py"),
                                                             ("pre-training mlm, phase 2", "pretrain.py")]
@@ -152,7 +152,7 @@ def test_desk_scale_runs_the_desk_recipe_and_a_random_floor(tmp_path):
     experiment = Experiment(parse_args(["--output", str(tmp_path), "--glue-dir", "g", "--squad-dir", "s",
                                         "--eval-data", "held=/data/held", "--data", "books=/data/books"]))
     steps = []
-    experiment._step = lambda what, script, args, log: steps.append((what, script.name, args))
+    experiment._step = lambda what, script, args, log, claim: steps.append((what, script.name, args))
     experiment.pretrain("ltr")
     phase1, phase2 = (pretrain_args(args) for _, _, args in steps)
     assert (phase1.data.seq_length, phase1.checkpoint.stop_at_step, phase2.data.seq_length, phase2.checkpoint.phase_start_step) == (
@@ -220,7 +220,7 @@ def test_a_step_another_job_is_running_is_waited_for_then_found_done(tmp_path, m
     experiment = Experiment(parse_args(["--output", str(tmp_path), "--glue-dir", "g", "--squad-dir", "s",
                                         "--tokenizer", "bert-base-uncased"]))
     started = []
-    experiment._step = lambda what, script, args, log: started.append(what)
+    experiment._step = lambda what, script, args, log, claim: started.append(what)
     cell = tmp_path / "finetune" / "no_pretraining" / "sst2"
     holding, release = threading.Event(), threading.Event()
 
@@ -345,6 +345,50 @@ def test_a_step_that_a_signal_ended_stops_or_fails_the_experiment(tmp_path, shar
         assert "started" in stderr  # the log's end
 
 
+def test_a_step_stays_claimed_when_only_the_experiment_is_killed(tmp_path, shared_cache):
+    """`kill -9` of the experiment alone leaves its running step as an orphan. The step holds the
+    step's claim too (its descriptor is passed on), so a rerun waits for it instead of starting a
+    second pre-training into the same checkpoint folder; once the orphan ends, the rerun runs it."""
+    glue, squad, out = _task_folders(tmp_path)
+    starts = tmp_path / "starts"
+    step = tmp_path / "step.sh"
+    step.write_text(f'echo "$*" >> {starts}\nexec sleep 300\n')
+
+    def started():
+        return len(starts.read_text().splitlines()) if starts.exists() else 0
+
+    def wait_until(condition, what):
+        deadline = time.monotonic() + 120
+        while not condition():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.2)
+
+    first = _start(out, glue, squad, step, shared_cache, start_new_session=True)
+    groups = [first.pid]
+    try:
+        wait_until(lambda: started() == 1, "the first run's pre-training did not start")
+        first.kill()  # the experiment only: its step (sleep) runs on
+        first.communicate(timeout=30)
+        said = tmp_path / "second.out"
+        with open(said, "w") as stdout:
+            second = subprocess.Popen([sys.executable, "-m", "bert_ds.experiments.table5", "--output", str(out),
+                                       "--glue-dir", str(glue), "--squad-dir", str(squad), "--scale", "smoke",
+                                       "--launch", f"sh {step}"], cwd=REPO, env=dict(os.environ, BERT_DS_CACHE=shared_cache),
+                                      stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
+        groups.append(second.pid)
+        wait_until(lambda: "another job is running it; waiting" in said.read_text(), "the rerun did not wait")
+        time.sleep(1)
+        assert started() == 1  # it waits: no second pre-training into the same folder
+        os.killpg(first.pid, signal.SIGKILL)  # the orphan ends
+        wait_until(lambda: started() == 2, "the rerun did not start the step once the orphan ended")
+    finally:
+        for group in groups:  # every process either run left
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def _task_folders(tmp_path):
     glue, squad = tmp_path / "glue", tmp_path / "squad"
     write_all_tasks(glue, n=16)
@@ -352,8 +396,8 @@ def _task_folders(tmp_path):
     return glue, squad, tmp_path / "table5"
 
 
-def _start(out, glue, squad, step, cache, *more):
+def _start(out, glue, squad, step, cache, *more, **popen):
     return subprocess.Popen([sys.executable, "-m", "bert_ds.experiments.table5", "--output", str(out), "--glue-dir",
                              str(glue), "--squad-dir", str(squad), "--scale", "smoke", "--launch", f"sh {step}", *more],
                             cwd=REPO, env=dict(os.environ, BERT_DS_CACHE=cache), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, **popen)

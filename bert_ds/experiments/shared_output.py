@@ -7,7 +7,9 @@ cells, a job each).
   failed on a typo), a job's options replace the record instead.
 - A step (a pre-training, a cell) is claimed with an advisory lock: a second job that needs the
   same step waits for the first to finish it and then finds it done, instead of training into the
-  same checkpoint folder. Waiting polls, so that a signal to stop still ends the job.
+  same checkpoint folder. Waiting polls, so that a signal to stop still ends the job. The step's
+  process holds the lock too (its descriptor is passed on), so that a job killed alone (`kill -9`
+  of the experiment, not of its steps) leaves the step it ran claimed until that step ends.
 - Files several jobs update (the step times, the report) are read, changed and written under a
   lock, each writer through a temporary file of its own (host and process in its name).
 
@@ -21,15 +23,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 from bert_ds.errors import ConfigError
-from bert_ds.runtime.cache import exclusive, staging_path
+from bert_ds.runtime.cache import exclusive, holding, staging_path
 
 OPTIONS_FILE = "options.json"
 POLL_SECONDS = 5.0
+_THREADS = threading.Lock()
 WITHOUT_LOCKS = ("jobs of this experiment folder cannot see each other's steps: run them one after the other "
                  "(or put --output on a file system with locks).")
 
@@ -57,14 +61,15 @@ def locked(path: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def claimed(claim: Path, what: str, still_running: Callable[[], None], say: Callable[[str], None]) -> Iterator[None]:
-    """Hold the lock file `claim` for the block. If another job holds it, say so once and wait,
-    calling `still_running` (which raises to stop) between tries."""
+def claimed(claim: Path, what: str, still_running: Callable[[], None], say: Callable[[str], None]) -> Iterator[int]:
+    """Hold the lock file `claim` for the block, yielding its descriptor (for the step's process to
+    hold it as well: Popen's `pass_fds`). If another job holds it, say so once and wait, calling
+    `still_running` (which raises to stop) between tries."""
     waited = False
     while True:
-        with exclusive(claim, wait=False, without_locks=WITHOUT_LOCKS) as held:
-            if held:
-                yield
+        with holding(claim, wait=False, without_locks=WITHOUT_LOCKS) as lock:
+            if lock is not None:
+                yield lock.fileno()
                 return
         if not waited:
             say(f"{what}: another job is running it; waiting for that job to finish it")
@@ -74,8 +79,9 @@ def claimed(claim: Path, what: str, still_running: Callable[[], None], say: Call
 
 
 def update_json(path: Path, change: Callable[[dict], None]) -> None:
-    """Read the JSON object at `path` ({} if none), apply `change` to it and write it back, under a lock."""
-    with locked(path.with_name(f".{path.name}.lock")):
+    """Read the JSON object at `path` ({} if none), apply `change` to it and write it back, under a lock
+    (this process's thread lock too: without flock, steps of one job running at once still take turns)."""
+    with _THREADS, locked(path.with_name(f".{path.name}.lock")):
         record = json.loads(path.read_text()) if path.is_file() else {}
         change(record)
         write_whole(path, json.dumps(record, indent=1))

@@ -29,7 +29,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -110,7 +109,6 @@ class Experiment:
         self.columns = [args.pair_task, "sst2", "squad"]
         self.processes = StepProcesses()
         self.progress = StepProgress(args.status_interval)
-        self._times_lock = threading.Lock()  # steps that run at once record their times
 
     @property
     def rows(self) -> list[str]:
@@ -158,8 +156,7 @@ class Experiment:
                       step_seconds=self._times(), cells=cells)
         write_report(self.output, record)
         missing = [f"{row} on {column}" for row in ROWS for column in self.columns if column not in cells.get(row, {})]
-        print(f"[table5] done: {self.output / 'table5.md'}" + (f" (not run yet: {', '.join(missing)})" if missing else ""),
-              flush=True)
+        self._say(f"done: {self.output / 'table5.md'}" + (f" (not run yet: {', '.join(missing)})" if missing else ""))
         return record
 
     def result_options(self) -> dict:
@@ -193,19 +190,19 @@ class Experiment:
 
     def pretrain(self, objective: str) -> None:
         folder = self.output / "pretrain" / objective
-        with claimed(folder / ".claim", f"pre-training {objective}", self.processes.check, self._say):
-            self._pretrain(objective, folder)
+        with claimed(folder / ".claim", f"pre-training {objective}", self.processes.check, self._say) as claim:
+            self._pretrain(objective, folder, claim)
 
-    def _pretrain(self, objective: str, folder: Path) -> None:
+    def _pretrain(self, objective: str, folder: Path, claim: int) -> None:
         if (folder / "done.json").is_file():
-            print(f"[table5] pre-training {objective}: done before, skipped", flush=True)
+            self._say(f"pre-training {objective}: done before, skipped")
             return
         if objective in self.args.pretrained:
             seconds = adopt_pretrained(folder, Path(self.args.pretrained[objective]), objective, self.scale)
             if seconds:  # its training loop's time (no start-up), so that table5.json has every step's
                 update_json(self.output / "step_seconds.json",
                             lambda times: times.update({f"pretrain-{objective} (adopted: training loop)": seconds}))
-            print(f"[table5] pre-training {objective}: the finished run in {self.args.pretrained[objective]}", flush=True)
+            self._say(f"pre-training {objective}: the finished run in {self.args.pretrained[objective]}")
             return
         s = self.scale
         args = ["--preset", s.preset, "--objective", objective, "--data", *self.args.data, "--seed", str(self.args.seed),
@@ -224,16 +221,17 @@ class Experiment:
         what, log = f"pre-training {objective}", f"pretrain-{objective}"
         folder.mkdir(parents=True, exist_ok=True)
         if not s.phase2_steps:
-            self._step(what, PACKAGE / "pretrain.py", [*args, "--seq-length", str(s.seq_length), *micro[0]], log)
+            self._step(what, PACKAGE / "pretrain.py", [*args, "--seq-length", str(s.seq_length), *micro[0]], log, claim)
         else:  # one schedule, two runs: phase 2 resumes phase 1's last checkpoint at longer sequences
             phase1_end = s.pretrain_steps - s.phase2_steps
             if not (folder / "phase1_done.json").is_file():  # a rerun must not replay phase 1 over phase 2
                 self._step(f"{what}, phase 1", PACKAGE / "pretrain.py",
-                           [*args, "--seq-length", str(s.seq_length), "--stop-at-step", str(phase1_end), *micro[0]], log)
+                           [*args, "--seq-length", str(s.seq_length), "--stop-at-step", str(phase1_end), *micro[0]], log,
+                           claim)
                 (folder / "phase1_done.json").write_text(json.dumps(dict(objective=objective, steps=phase1_end)))
             self._step(f"{what}, phase 2", PACKAGE / "pretrain.py",
                        [*args, "--seq-length", str(s.phase2_seq_length), "--phase-start-step", str(phase1_end),
-                        *s.phase2_options, *micro[1]], log)
+                        *s.phase2_options, *micro[1]], log, claim)
         (folder / "done.json").write_text(json.dumps(dict(objective=objective, steps=s.pretrain_steps)))
 
     def _cell_folder(self, row: str, column: str) -> Path:
@@ -244,16 +242,14 @@ class Experiment:
         return results_cell(json.loads(results.read_text()), column) if results.is_file() else None
 
     def finetune(self, row: str, column: str) -> dict:
-        slug = ROW_RUNS[row][1]
         folder = self._cell_folder(row, column)
-        results = folder / "results.json"
         what = f"fine-tuning {row} on {column}"
-        with claimed(folder.parent / f".{column}.claim", what, self.processes.check, self._say):
-            if not results.is_file():
-                self._step(what, *self._finetune_command(row, column, folder), f"{slug}-{column}")
+        with claimed(folder.parent / f".{column}.claim", what, self.processes.check, self._say) as claim:
+            if not (folder / "results.json").is_file():
+                self._step(what, *self._finetune_command(row, column, folder), f"{ROW_RUNS[row][1]}-{column}", claim)
             else:
                 self._say(f"{what}: done before, skipped")
-        return results_cell(json.loads(results.read_text()), column)
+        return self._finished_cell(row, column)
 
     @staticmethod
     def _say(line: str) -> None:
@@ -281,10 +277,12 @@ class Experiment:
         return PACKAGE / "finetune" / "glue.py", ["--task", column, "--data-dir", self.args.glue_dir,
                                                   "--max-seq-length", str(s.max_seq_length), *common]
 
-    def _step(self, what: str, script: Path, args: list[str], log_name: str) -> None:
+    def _step(self, what: str, script: Path, args: list[str], log_name: str, claim: int) -> None:
+        """Run one step's entrypoint; `claim` is the step's lock descriptor, which its process holds
+        too (shared_output.py: a job killed alone leaves its running step claimed)."""
         log = self.output / "logs" / f"{log_name}.log"
         self.processes.check()
-        print(f"[table5] {what} ... (log: {log})", flush=True)
+        self._say(f"{what} ... (log: {log})")
         began = time.monotonic()
         env = None
         if self.args.jobs > 1:  # share the cores between the steps that run at once
@@ -294,10 +292,11 @@ class Experiment:
         self.progress.started(what, log)
         try:
             with open(log, "a") as out:
-                returncode = self.processes.run([*self.launch, str(script), *args], stdout=out, stderr=subprocess.STDOUT, env=env)
+                returncode = self.processes.run([*self.launch, str(script), *args], stdout=out, stderr=subprocess.STDOUT,
+                                                env=env, pass_fds=(claim,))
         except Stopped:  # a pre-training saved and resumes from there; a cell starts again
             self._record_time(log_name, time.monotonic() - began)
-            print(f"[table5] {what}: stopped", flush=True)
+            self._say(f"{what}: stopped")
             raise
         finally:
             self.progress.ended(what)
@@ -313,7 +312,7 @@ class Experiment:
             raise StepFailed(f"{what} failed ({how}); the end of {log}:\n{tail}")
         seconds = time.monotonic() - began
         self._record_time(log_name, seconds)
-        print(f"[table5] {what}: {seconds:,.0f}s", flush=True)
+        self._say(f"{what}: {seconds:,.0f}s")
 
     def _times(self) -> dict:
         """Seconds spent on every step, summed over its runs (a stopped one included): OUTPUT/step_seconds.json."""
@@ -324,8 +323,7 @@ class Experiment:
         def add(times: dict) -> None:
             times[log_name] = round(times.get(log_name, 0.0) + seconds, 1)
 
-        with self._times_lock:  # steps of this job, and other jobs of the same --output
-            update_json(self.output / "step_seconds.json", add)
+        update_json(self.output / "step_seconds.json", add)  # its lock excludes this job's other steps and other jobs
 
     def _pretraining_summary(self, objective: str) -> dict:
         """The finished model's last held-out evaluation (masked-LM or, for LTR, next-token accuracy;

@@ -18,7 +18,7 @@ import shutil
 import socket
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator, Optional
 
 
 def cache_dir() -> Path:
@@ -32,18 +32,27 @@ def exclusive(lock_path: Path, wait: bool = True, without_locks: str = "") -> It
     the process dies, so a killed builder never leaves the others waiting. On a file system
     without locks it yields True after one warning per folder, whose second half is
     `without_locks` (the cache's advice by default)."""
+    with holding(lock_path, wait, without_locks) as lock:
+        yield lock is not None
+
+
+@contextlib.contextmanager
+def holding(lock_path: Path, wait: bool = True, without_locks: str = "") -> Iterator[Optional[IO]]:
+    """`exclusive`, yielding the open lock file instead of True (None when another process holds
+    it). A child process given its descriptor (Popen's `pass_fds`) holds the lock with this one,
+    so the lock lasts while either lives: a step whose parent was killed still keeps it."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            yield False
+            yield None
             return
         except OSError as error:
             if error.errno not in _NO_LOCKS:
                 raise
             _warn_no_locks(lock_path, error, without_locks or CACHE_WITHOUT_LOCKS)
-        yield True
+        yield lock
 
 
 def staging_path(target: Path) -> Path:
