@@ -39,6 +39,7 @@ from bert_ds.experiments.progress import StepProgress
 from bert_ds.experiments.step_pool import StepProcesses, Stopped, run_steps
 from bert_ds.experiments.shared_output import check_options, claimed, locked, update_json
 from bert_ds.experiments.table5_adopt import adopt_pretrained, json_lines
+from bert_ds.experiments.table5_curves import pretraining_curves
 from bert_ds.experiments.table5_report import ROWS, results_cell, write_report
 from bert_ds.experiments.table5_scales import SCALES
 
@@ -153,7 +154,7 @@ class Experiment:
                       budget=dict(pretraining_tokens=self.scale.pretraining_tokens, finetuning_runs_per_cell=self.args.restarts
                                   * (18 if self.scale.grid else 1)),
                       pretraining={objective: self._pretraining_summary(objective) for objective in OBJECTIVES},
-                      step_seconds=self._times(), cells=cells)
+                      curves=pretraining_curves(self.output, OBJECTIVES), step_seconds=self._times(), cells=cells)
         write_report(self.output, record)
         missing = [f"{row} on {column}" for row in ROWS for column in self.columns if column not in cells.get(row, {})]
         self._say(f"done: {self.output / 'table5.md'}" + (f" (not run yet: {', '.join(missing)})" if missing else ""))

@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 
 from bert_ds.experiments.shared_output import write_whole
+from bert_ds.experiments.table5_curves import plot_curves
 from bert_ds.runtime.cache import staging_path
 from bert_ds.experiments.table5_orderings import markdown as orderings_markdown
 from bert_ds.experiments.table5_orderings import orderings
@@ -53,12 +54,14 @@ def results_cell(results: dict, column: str) -> dict:
 
 
 def write_report(output: Path, record: dict) -> None:
-    """table5.json (the record with its orderings), table5.md and table5.png, each written whole then
-    moved in place."""
+    """table5.json (the record with its orderings), table5.md, table5.png and (with the record's
+    `curves`) pretraining.png, each written whole then moved in place."""
     record = dict(record, orderings=orderings(record, PAPER))
     write_whole(output / "table5.json", json.dumps(record, indent=1))
     write_whole(output / "table5.md", markdown(record))
     plot(record, output / "table5.png")
+    if record.get("curves"):
+        plot_curves(record["curves"], output / "pretraining.png")
 
 
 def markdown(record: dict) -> str:
@@ -91,15 +94,17 @@ OBJECTIVE_NAMES = {"mlm_nsp": "MLM+NSP", "mlm": "No NSP", "ltr": "LTR & No NSP"}
 def pretraining_markdown(record: dict) -> str:
     """Each pre-trained model's last held-out evaluation (LTR: next-token accuracy), if evaluated."""
     models = {name: summary for name, summary in record.get("pretraining", {}).items() if summary}
+    curves = ("\nEvery evaluation so far, against the tokens consumed: pretraining.png (`curves` in "
+              "table5.json; a model still pre-training dashed).\n") if record.get("curves") else ""
     if not models:
-        return ""
+        return curves
     lines = ["", "Held-out accuracy of each pre-trained model at its last evaluation (masked tokens; LTR: next token):",
              "", "| model | step | tokens | held-out accuracy | NSP accuracy |", "|---|---|---|---|---|"]
     for name, m in models.items():
         nsp = f"{100 * m['held_out_nsp_accuracy']:.1f}%" if m.get("held_out_nsp_accuracy") is not None else "–"
         lines.append(f"| {OBJECTIVE_NAMES.get(name, name)} | {m['step']:,} | {m.get('consumed_tokens') or 0:,} | "
                      f"{100 * m['held_out_accuracy']:.1f}% | {nsp} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + curves
 
 
 def plot(record: dict, path: Path) -> None:

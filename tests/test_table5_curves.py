@@ -1,0 +1,40 @@
+"""The pre-training curves of Table 5 (bert_ds/experiments/table5_curves.py): every held-out
+evaluation of each model against its consumed tokens, resumed runs' repeated steps kept once, a
+model still pre-training marked, and the figure and table5.md's pointer to it."""
+
+import json
+
+from bert_ds.experiments.table5_curves import plot_curves, pretraining_curves
+from bert_ds.experiments.table5_report import pretraining_markdown
+
+
+def _metrics(folder, lines):
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def _evaluation(step, accuracy, nsp=None):
+    line = {"step": step, "consumed_tokens": step * 1000, "eval/mlm_accuracy": accuracy, "eval/mlm_loss": 7 - 10 * accuracy}
+    return {**line, "eval/nsp_accuracy": nsp} if nsp is not None else line
+
+
+def test_curves_hold_every_evaluation_once_and_mark_running_models(tmp_path):
+    _metrics(tmp_path / "pretrain" / "mlm_nsp", [
+        {"step": 100, "loss": 7.0}, _evaluation(200, 0.14, 0.8), _evaluation(400, 0.16, 0.85),
+        _evaluation(400, 0.17, 0.86),  # resumed from step 200's checkpoint... and evaluated again at 400
+        _evaluation(600, 0.30, 0.9)])
+    (tmp_path / "pretrain" / "mlm_nsp" / "done.json").write_text("{}")
+    _metrics(tmp_path / "pretrain" / "ltr", [_evaluation(200, 0.10)])
+    _metrics(tmp_path / "pretrain" / "mlm", [{"step": 50, "loss": 8.0}])  # no evaluation yet: no curve
+    curves = pretraining_curves(tmp_path, ("mlm_nsp", "mlm", "ltr"))
+    assert list(curves) == ["mlm_nsp", "ltr"]
+    assert curves["mlm_nsp"]["finished"] and not curves["ltr"]["finished"]
+    points = curves["mlm_nsp"]["points"]
+    assert [p["step"] for p in points] == [200, 400, 600] and points[1]["accuracy"] == 0.17  # the last of step 400's
+    assert points[2] == {"step": 600, "tokens": 600_000, "accuracy": 0.30, "loss": 4.0, "nsp_accuracy": 0.9}
+    assert curves["ltr"]["points"][0]["nsp_accuracy"] is None
+
+    plot_curves(curves, tmp_path / "pretraining.png")
+    assert (tmp_path / "pretraining.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "pretraining.png").stat().st_size > 5_000
+    assert "pretraining.png" in pretraining_markdown({"pretraining": {}, "curves": curves})
+    assert pretraining_markdown({"pretraining": {}, "curves": {}}) == ""
