@@ -77,11 +77,23 @@ def skipping(tables: Iterator, skip: int) -> Iterator:
         skip = 0
 
 
-def record_tables(reader, start: int, columns: tuple[str, ...], describe: Callable[[int], str]) -> Iterator:
-    """Records [start, reader.count) of a record-by-record reader, each checked (data/prepare/units.py's row)."""
-    import pyarrow as pa
+def row(record: dict, columns: tuple[str, ...], where: Callable[[], str]) -> dict:
+    """A record as a shard row: its `text` (a string, else a DataError naming `where()`) and the
+    kept columns as strings."""
+    text = record.get("text")
+    if not isinstance(text, str):
+        problem = "has no 'text'" if "text" not in record else f"has a 'text' that is {type(text).__name__}, not a string"
+        raise DataError(f"{where()} {problem} (fields: {sorted(record)}).")
+    values = {"text": text}
+    for name in columns[1:]:
+        value = record.get(name)
+        values[name] = None if value is None else str(value)
+    return values
 
-    from bert_ds.data.prepare.units import row
+
+def record_tables(reader, start: int, columns: tuple[str, ...], describe: Callable[[int], str]) -> Iterator:
+    """Records [start, reader.count) of a record-by-record reader, each checked (`row`)."""
+    import pyarrow as pa
 
     try:
         while start < reader.count:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+from bert_ds.data.prepare.tables import schema
 from bert_ds.errors import DataError
 
 STATE_DIR = ".prepare"
@@ -85,20 +86,6 @@ def shard_name(unit: int, k: int) -> str:
     return f"shard-{unit:05d}-{k:04d}.parquet"
 
 
-def row(record: dict, columns: tuple[str, ...], where: Callable[[], str]) -> dict:
-    """A record as a shard row: its `text` (a string, else a DataError naming `where()`) and the
-    kept columns as strings."""
-    text = record.get("text")
-    if not isinstance(text, str):
-        problem = "has no 'text'" if "text" not in record else f"has a 'text' that is {type(text).__name__}, not a string"
-        raise DataError(f"{where()} {problem} (fields: {sorted(record)}).")
-    values = {"text": text}
-    for name in columns[1:]:
-        value = record.get(name)
-        values[name] = None if value is None else str(value)
-    return values
-
-
 def row_groups(tables: Iterator, rows: int) -> Iterator:
     """`tables` re-cut into tables of exactly `rows` rows (the last one shorter)."""
     import pyarrow as pa
@@ -122,7 +109,6 @@ def write_unit(unit: Unit, tables_from: Callable[[int], Iterator], output: Path,
     (data/prepare/tables.py); `progress(records, text_bytes)` is told what each row group added."""
     import pyarrow.parquet as pq
 
-    from bert_ds.data.prepare.tables import schema
     from bert_ds.data.prepare.words import count_words_and_characters
     from bert_ds.data.prepared import file_sha256
 
