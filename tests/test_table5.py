@@ -256,6 +256,38 @@ def test_a_step_another_job_is_running_is_waited_for_then_found_done(tmp_path, m
     assert started == []
 
 
+def test_report_only_writes_the_report_of_what_is_there_and_starts_nothing(tmp_path, capsys):
+    """--report-only (no task folders needed): the finished cells, the running pre-training's curve,
+    nothing started; a folder where nothing began, or a job with other result options, refused."""
+    from bert_ds.experiments.table5 import main
+
+    out = tmp_path / "t5"
+    cell = out / "finetune" / "no_pretraining" / "sst2"
+    cell.mkdir(parents=True)
+    (cell / "results.json").write_text(json.dumps({
+        "all_runs": [{"history": [{"dev": {"sst2": {"accuracy": a}}}]} for a in (0.87, 0.89)],
+        "metrics": {"accuracy": 0.89}, "selection_budget": {}}))
+    running = out / "pretrain" / "mlm"
+    (running / "ckpt").mkdir(parents=True)
+    (running / "metrics.jsonl").write_text(json.dumps({"step": 400, "consumed_tokens": 6_000_000, "eval/mlm_accuracy": 0.13,
+                                                       "eval/mlm_loss": 6.6}) + "\n")
+    options = ["--output", str(out), "--scale", "desk", "--restarts", "2", "--report-only"]
+    assert main(options) == 0
+    record = json.loads((out / "table5.json").read_text())
+    assert record["cells"] == {"No pre-training": {"sst2": record["cells"]["No pre-training"]["sst2"]}}
+    assert record["cells"]["No pre-training"]["sst2"]["scores"] == [87.0, 89.0]
+    assert record["pretraining"]["mlm"] == {} and record["curves"]["mlm"]["finished"] is False  # running: a curve only
+    assert (out / "pretraining.png").is_file() and not (out / "logs").exists()
+    assert "not run yet: MLM+NSP on mrpc" in capsys.readouterr().out
+    assert main([*options[:-2], "3", "--report-only"]) == 2  # other --restarts than the results'
+    assert "restarts 3 where it has 2" in capsys.readouterr().err
+    assert main(["--output", str(tmp_path / "empty"), "--report-only"]) == 2
+    assert "nothing to report" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # without --report-only the task folders are required
+        main(["--output", str(out)])
+    assert "required: --glue-dir" in capsys.readouterr().err
+
+
 def test_a_finished_pretraining_run_is_adopted_only_when_it_matches_the_scale(tmp_path):
     from bert_ds.errors import ConfigError
     from bert_ds.experiments.table5 import SCALES

@@ -16,7 +16,8 @@ Every step runs the project's own entrypoints as subprocesses (`bert_ds/pretrain
 8` on a node), each step's output in OUTPUT/logs/. It resumes: a rerun with the same --output skips
 every finished pre-training (done.json) and cell (its results.json), and a killed pre-training
 continues from its last checkpoint (--auto-resume). `--rows` runs some rows and the pre-trainings
-they need (a job each); the report holds every cell finished so far.
+they need (a job each); the report holds every cell finished so far. `--report-only` starts
+nothing and writes the report from what the folder holds (while other jobs run, say).
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bert_ds.experiments.table5", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--output", required=True, help="experiment folder (rerun with the same one to resume)")
-    parser.add_argument("--glue-dir", required=True, help="glue_data folder with SST-2 and the pair task's folder")
-    parser.add_argument("--squad-dir", required=True, help="folder with train-v1.1.json and dev-v1.1.json")
+    parser.add_argument("--glue-dir", help="glue_data folder with SST-2 and the pair task's folder (required unless --report-only)")
+    parser.add_argument("--squad-dir", help="folder with train-v1.1.json and dev-v1.1.json (required unless --report-only)")
     parser.add_argument("--scale", choices=sorted(SCALES), default="desk",
                         help="smoke (fixtures), desk (2 CPU cores, about 26 hours) or paper (a cluster)")
     parser.add_argument("--restarts", type=int, default=3, help="fine-tuning seeds per cell")
@@ -83,10 +84,16 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--rows", nargs="+", choices=list(ROW_SLUGS), default=list(ROW_SLUGS), metavar="ROW",
                         help="run only these rows (" + ", ".join(ROW_SLUGS) + ") and the pre-trainings they need; "
                              "the report holds every cell finished so far, so rows can run in separate jobs")
+    parser.add_argument("--report-only", action="store_true",
+                        help="start nothing: write the report (table5.json/md/png, pretraining.png) from what --output "
+                             "holds now, running pre-trainings' curves included, e.g. while other jobs run")
     parser.add_argument("--jobs", type=int, default=1,
                         help="steps run at once, each with its share of the cores: the pre-trainings first, and each "
                              "model's cells as soon as it is pre-trained")
     args = parser.parse_args(argv)
+    for name in ("glue_dir", "squad_dir"):
+        if getattr(args, name) is None and not args.report_only:
+            parser.error(f"the following arguments are required: --{name.replace('_', '-')}")
     for name in ("restarts", "jobs"):
         if getattr(args, name) < 1:
             parser.error(f"argument --{name}: must be at least 1, got {getattr(args, name)}")
@@ -134,11 +141,17 @@ class Experiment:
         return steps
 
     def run(self) -> dict:
-        self.check_data()
-        (self.output / "logs").mkdir(parents=True, exist_ok=True)
-        check_options(self.output, self.result_options(), self._anything_made())
-        with self.progress:
-            summaries = run_steps(self.steps(), self.args.jobs)
+        if self.args.report_only:
+            if not self._anything_made():
+                raise ConfigError(f"--output {self.output}: no pre-training or cell has begun there, so nothing to report.")
+            check_options(self.output, self.result_options(), True)  # its options are those of the results
+            summaries = {}
+        else:
+            self.check_data()
+            (self.output / "logs").mkdir(parents=True, exist_ok=True)
+            check_options(self.output, self.result_options(), self._anything_made())
+            with self.progress:
+                summaries = run_steps(self.steps(), self.args.jobs)
         with locked(self.output / ".report.lock"):  # another job's report, written before, is older than this one
             return self._report(summaries)
 
