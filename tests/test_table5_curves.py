@@ -38,3 +38,21 @@ def test_curves_hold_every_evaluation_once_and_mark_running_models(tmp_path):
     assert (tmp_path / "pretraining.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "pretraining.png").stat().st_size > 5_000
     assert "pretraining.png" in pretraining_markdown({"pretraining": {}, "curves": curves})
     assert pretraining_markdown({"pretraining": {}, "curves": {}}) == ""
+
+
+def test_a_line_being_written_is_left_out_and_a_damaged_one_named(tmp_path):
+    """A running pre-training may be half-way through writing its last metrics line when the report
+    reads it (--report-only while jobs run): left out. A damaged line before it is named."""
+    import pytest
+
+    from bert_ds.errors import DataError
+
+    folder = tmp_path / "pretrain" / "mlm"
+    _metrics(folder, [_evaluation(400, 0.13)])
+    with open(folder / "metrics.jsonl", "a") as metrics:
+        metrics.write('{"step": 800, "consumed_tok')
+    assert [p["step"] for p in pretraining_curves(tmp_path, ("mlm",))["mlm"]["points"]] == [400]
+    with open(folder / "metrics.jsonl", "a") as metrics:
+        metrics.write('\n' + json.dumps(_evaluation(1200, 0.2)) + '\n')
+    with pytest.raises(DataError, match=r"metrics.jsonl, line 2: not JSON"):
+        pretraining_curves(tmp_path, ("mlm",))

@@ -7,14 +7,27 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from bert_ds.errors import ConfigError
+from bert_ds.errors import ConfigError, DataError
 from bert_ds.experiments.table5_scales import Scale
 
 
 def json_lines(path: Path) -> list[dict]:
+    """The records of a metrics.jsonl ([] if none). A last line that does not parse is one a running
+    pre-training is writing and is left out; any other is named."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = path.read_text(errors="replace").splitlines()
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            if number == len(lines):
+                break
+            raise DataError(f"{path}, line {number}: not JSON ({line[:60]!r}).") from None
+    return records
 
 
 def adopt_pretrained(folder: Path, run: Path, objective: str, scale: Scale) -> Optional[float]:
