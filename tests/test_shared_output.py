@@ -119,3 +119,23 @@ def test_updates_from_several_processes_are_all_kept(tmp_path):
     assert [worker.exitcode for worker in workers] == [0, 0, 0]
     assert json.loads(path.read_text()) == {"job0": 40, "job1": 40, "job2": 40, "total": 120}
     assert not list(tmp_path.glob("*.tmp*"))
+
+
+def test_a_finished_steps_leftover_child_does_not_keep_the_claim(tmp_path):
+    """The step's process gets the claim's descriptor (so an orphaned step stays claimed), and so may
+    a child it leaves behind (a launcher's helper). Once the job saw its step end, the claim is
+    released for every holder: the next job does not wait for that leftover."""
+    import subprocess
+
+    from bert_ds.runtime.cache import holding
+
+    claim = tmp_path / ".claim"
+    with claimed(claim, "x", lambda: None, lambda line: None) as descriptor:
+        leftover = subprocess.Popen(["sleep", "60"], pass_fds=(descriptor,))
+    try:
+        with holding(claim, wait=False) as lock:
+            assert lock is not None  # free, although the leftover still holds the descriptor
+        assert leftover.poll() is None
+    finally:
+        leftover.kill()
+        leftover.wait()

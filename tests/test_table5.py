@@ -273,14 +273,20 @@ def test_report_only_writes_the_report_of_what_is_there_and_starts_nothing(tmp_p
                                                        "eval/mlm_loss": 6.6}) + "\n")
     options = ["--output", str(out), "--scale", "desk", "--restarts", "2", "--report-only"]
     assert main(options) == 0
+    assert not (out / "options.json").exists()  # a report writes no options: it only reads the folder
     record = json.loads((out / "table5.json").read_text())
-    assert record["cells"] == {"No pre-training": {"sst2": record["cells"]["No pre-training"]["sst2"]}}
+    assert list(record["cells"]) == ["No pre-training"] and list(record["cells"]["No pre-training"]) == ["sst2"]
     assert record["cells"]["No pre-training"]["sst2"]["scores"] == [87.0, 89.0]
     assert record["pretraining"]["mlm"] == {} and record["curves"]["mlm"]["finished"] is False  # running: a curve only
     assert (out / "pretraining.png").is_file() and not (out / "logs").exists()
     assert "not run yet: MLM+NSP on mrpc" in capsys.readouterr().out
+    (out / "options.json").write_text(json.dumps({"scale": "desk", "restarts": 2}))  # what the jobs recorded
     assert main([*options[:-2], "3", "--report-only"]) == 2  # other --restarts than the results'
     assert "restarts 3 where it has 2" in capsys.readouterr().err
+    assert json.loads((out / "options.json").read_text()) == {"scale": "desk", "restarts": 2}
+    (tmp_path / "begun" / "pretrain" / "mlm").mkdir(parents=True)  # begun, no checkpoint yet: its metrics count
+    (tmp_path / "begun" / "pretrain" / "mlm" / "metrics.jsonl").write_text('{"step": 50, "loss": 8.0}\n')
+    assert main(["--output", str(tmp_path / "begun"), "--report-only"]) == 0
     assert main(["--output", str(tmp_path / "empty"), "--report-only"]) == 2
     assert "nothing to report" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # without --report-only the task folders are required

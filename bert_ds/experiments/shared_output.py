@@ -9,7 +9,9 @@ cells, a job each).
   same step waits for the first to finish it and then finds it done, instead of training into the
   same checkpoint folder. Waiting polls, so that a signal to stop still ends the job. The step's
   process holds the lock too (its descriptor is passed on), so that a job killed alone (`kill -9`
-  of the experiment, not of its steps) leaves the step it ran claimed until that step ends.
+  of the experiment, not of its steps) leaves the step it ran claimed until that step, and any
+  process it passed the descriptor on to, ends. A job that saw its step end releases the claim for
+  every holder, so a finished step's leftover child never keeps it.
 - Files several jobs update (the step times, the report) are read, changed and written under a
   lock, each writer through a temporary file of its own (host and process in its name).
 
@@ -22,6 +24,7 @@ folder one after the other, or on one node.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import threading
 import time
@@ -38,9 +41,10 @@ WITHOUT_LOCKS = ("jobs of this experiment folder cannot see each other's steps: 
                  "(or put --output on a file system with locks).")
 
 
-def check_options(output: Path, options: dict, anything_made: bool) -> None:
+def check_options(output: Path, options: dict, anything_made: bool, record: bool = True) -> None:
     """Record `options` in OUTPUT/options.json; refuse a job whose options differ from a record
-    that something was made with. Options the record predates are added to it."""
+    that something was made with. Options the record predates are added to it. With `record`
+    False (a job that only reads the folder) nothing is written: its options are only checked."""
     path = output / OPTIONS_FILE
     with locked(output / ".options.lock"):
         recorded = json.loads(path.read_text()) if path.is_file() else {}
@@ -49,7 +53,7 @@ def check_options(output: Path, options: dict, anything_made: bool) -> None:
             said = "; ".join(f"{name} {options[name]!r} where it has {recorded[name]!r}" for name in differing)
             raise ConfigError(f"{output}: made with other settings ({path}): {said}. Every job of one experiment "
                               "needs the same ones; use another --output for other settings.")
-        if differing or set(options) - set(recorded):
+        if record and (differing or set(options) - set(recorded)):
             write_whole(path, json.dumps({**recorded, **options}, indent=1))
 
 
@@ -69,13 +73,25 @@ def claimed(claim: Path, what: str, still_running: Callable[[], None], say: Call
     while True:
         with holding(claim, wait=False, without_locks=WITHOUT_LOCKS) as lock:
             if lock is not None:
-                yield lock.fileno()
+                try:
+                    yield lock.fileno()
+                finally:  # for every holder: a step's leftover child (a launcher's helper) must not keep it
+                    _unlock(lock)
                 return
         if not waited:
             say(f"{what}: another job is running it; waiting for that job to finish it")
             waited = True
         still_running()
         time.sleep(POLL_SECONDS)
+
+
+def _unlock(lock) -> None:
+    """Release the flock of `lock`'s open file for every process sharing it (children given its
+    descriptor included); the step that held it has ended, since `claimed`'s block waits for it."""
+    try:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    except OSError:  # a file system without locks: nothing was held
+        pass
 
 
 def update_json(path: Path, change: Callable[[dict], None]) -> None:

@@ -144,7 +144,7 @@ class Experiment:
         if self.args.report_only:
             if not self._anything_made():
                 raise ConfigError(f"--output {self.output}: no pre-training or cell has begun there, so nothing to report.")
-            check_options(self.output, self.result_options(), True)  # its options are those of the results
+            check_options(self.output, self.result_options(), True, record=False)  # the results' options, if recorded
             summaries = {}
         else:
             self.check_data()
@@ -181,7 +181,8 @@ class Experiment:
 
     def _anything_made(self) -> bool:
         """Whether a pre-training or a cell has begun in --output (so its options are those of a result)."""
-        return any(self.output.glob("pretrain/*/ckpt")) or any(self.output.glob("finetune/*/*/results.json"))
+        return any(any(self.output.glob(pattern)) for pattern in ("pretrain/*/ckpt", "pretrain/*/metrics.jsonl",
+                                                                  "finetune/*/*/results.json"))
 
     def check_data(self) -> None:
         """Every fine-tuning file read as its task reads it, before hours of pre-training: a missing

@@ -4,29 +4,32 @@ and stream used as that objective's model instead of pre-training it again."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Optional
 
-from bert_ds.errors import ConfigError, DataError
+from bert_ds.errors import ConfigError
 from bert_ds.experiments.table5_scales import Scale
 
 
 def json_lines(path: Path) -> list[dict]:
     """The records of a metrics.jsonl ([] if none). A last line that does not parse is one a running
-    pre-training is writing and is left out; any other is named."""
+    pre-training is writing: left out. Any other (a line torn by a kill, glued to the next run's
+    first) is left out with a warning naming it, so that one damaged line never stops a report."""
     if not path.is_file():
         return []
     lines = path.read_text(errors="replace").splitlines()
     records = []
     for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line) if line.strip() else None
         except ValueError:
-            if number == len(lines):
-                break
-            raise DataError(f"{path}, line {number}: not JSON ({line[:60]!r}).") from None
+            record = "damaged"
+        if isinstance(record, dict):
+            records.append(record)
+        elif record is not None and number < len(lines):
+            print(f"bert_ds: warning: {path}, line {number}: not a JSON object, left out ({line[:60]!r})",
+                  file=sys.stderr, flush=True)
     return records
 
 

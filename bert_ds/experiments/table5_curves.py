@@ -3,8 +3,8 @@ tokens it has consumed, from its metrics.jsonl, in table5.json (`curves`) and pr
 
 A row that does not clear the floor, or an ordering that does not show, is read first against these:
 a model still on the frequent-token plateau (held-out masked accuracy near the share of the most
-frequent tokens) has learnt little a task can use. Curves include models still pre-training, marked
-so, since those are the ones in doubt while the experiment runs.
+frequent tokens) has learnt little a task can use. Curves include unfinished models (running, or
+stopped), marked so, since those are the ones in doubt while the experiment runs.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def pretraining_curves(output: Path, objectives: tuple) -> dict:
 
 def plot_curves(curves: dict, path: Path) -> None:
     """Held-out accuracy and loss against consumed tokens, a line per model (dashed while it is
-    still pre-training), written through a temporary file of this process (several jobs may)."""
+    unfinished), written through a temporary file of this process (several jobs may)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -50,7 +50,7 @@ def plot_curves(curves: dict, path: Path) -> None:
     for objective, curve in curves.items():
         points = [p for p in curve["points"] if p["tokens"] is not None]
         tokens = [p["tokens"] / 1e6 for p in points]
-        label = CURVE_LABELS.get(objective, objective) + ("" if curve["finished"] else " (running)")
+        label = CURVE_LABELS.get(objective, objective) + ("" if curve["finished"] else " (unfinished)")
         style = "-" if curve["finished"] else "--"
         accuracy.plot(tokens, [100 * p["accuracy"] for p in points], style, marker=".", label=label)
         loss.plot(tokens, [float("nan") if p["loss"] is None else p["loss"] for p in points], style, marker=".", label=label)

@@ -95,7 +95,7 @@ def pretraining_markdown(record: dict) -> str:
     """Each pre-trained model's last held-out evaluation (LTR: next-token accuracy), if evaluated."""
     models = {name: summary for name, summary in record.get("pretraining", {}).items() if summary}
     curves = ("\nEvery evaluation so far, against the tokens consumed: pretraining.png (`curves` in "
-              "table5.json; a model still pre-training dashed).\n") if record.get("curves") else ""
+              "table5.json; an unfinished model dashed).\n") if record.get("curves") else ""
     if not models:
         return curves
     lines = ["", "Held-out accuracy of each pre-trained model at its last evaluation (masked tokens; LTR: next token):",
