@@ -24,7 +24,7 @@ def _experiment(args, cache):
                           cwd=REPO, env=env, timeout=1200)
 
 
-def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
+def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache, capsys):
     glue, squad, out = tmp_path / "glue", tmp_path / "squad", tmp_path / "table5"
     write_all_tasks(glue, n=16)
     write_sst2(glue, random.Random(0))  # a cue a 2-layer model learns (tests/support/glue_fixtures.py)
@@ -86,26 +86,27 @@ def test_smoke_scale_fills_table5_and_resumes(tmp_path, shared_cache):
     assert len(record["orderings"]) == 18 and "| LTR & No NSP vs MLM+NSP | SQuAD v1.1 (F1) |" in table
     assert (out / "table5.png").stat().st_size > 5_000
 
-    other = _experiment([*args, "--restarts", "3"], shared_cache)  # the last --restarts counts
-    assert other.returncode == 2 and "restarts 3 where it has 2" in other.stderr and "Traceback" not in other.stderr
+    # Refusals, in this process (each is refused before any step starts; the main() a subprocess runs).
+    from bert_ds.experiments.table5 import main
 
-    missing = _experiment(["--output", str(tmp_path / "x"), "--glue-dir", str(tmp_path / "nowhere"), "--squad-dir", str(squad)],
-                          shared_cache)
-    assert missing.returncode == 2 and "--glue-dir" in missing.stderr and "Traceback" not in missing.stderr
+    capsys.readouterr()
+    assert main([*args, "--restarts", "3"]) == 2  # the last --restarts counts
+    assert "restarts 3 where it has 2" in capsys.readouterr().err
+
+    assert main(["--output", str(tmp_path / "x"), "--glue-dir", str(tmp_path / "nowhere"), "--squad-dir", str(squad)]) == 2
+    assert "--glue-dir" in capsys.readouterr().err
     # Checked before any pre-training: a task folder missing, SQuAD 2.0 data where v1.1 belongs.
     import shutil
 
     shutil.rmtree(glue / "MRPC")
-    no_pair = _experiment([*args, "--output", str(tmp_path / "y")], shared_cache)  # the last --output counts
-    assert no_pair.returncode == 2 and no_pair.stderr.strip().splitlines()[-1].startswith("error: No mrpc train file")
+    assert main([*args, "--output", str(tmp_path / "y")]) == 2  # the last --output counts
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: No mrpc train file")
     assert not (tmp_path / "y").exists()
     dev = json.loads((squad / "dev-v1.1.json").read_text())
     dev["data"][0]["paragraphs"][0]["qas"][0].update(answers=[], is_impossible=True)
     (squad / "dev-v1.1.json").write_text(json.dumps(dev))
-    version_2 = _experiment(["--output", str(tmp_path / "z"), "--glue-dir", str(glue), "--squad-dir", str(squad),
-                             "--pair-task", "rte"], shared_cache)
-    assert version_2.returncode == 2, version_2.stderr[-2000:]
-    assert version_2.stderr.strip().splitlines() == [
+    assert main(["--output", str(tmp_path / "z"), "--glue-dir", str(glue), "--squad-dir", str(squad), "--pair-task", "rte"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         f"error: {squad / 'dev-v1.1.json'}: question dev-0 has no answer: SQuAD 2.0 data, and Table 5 reports SQuAD v1.1 "
         "(train-v1.1.json, dev-v1.1.json)."]
 
