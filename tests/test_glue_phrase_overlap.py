@@ -34,8 +34,18 @@ def test_dev_sentences_holding_training_phrases_are_counted(tmp_path):
     assert longest_phrases(dev, train, 5) == [(0.7, True), (1.0, False), None, None]
     assert longest_phrases(dev, train, 8) == [None, None, None, None]
 
+    # A run's dev predictions (guid, prediction, label): right on the two sentences holding a phrase only.
+    predictions = tmp_path / "sst2_dev_predictions.tsv"
+    predictions.write_text("guid\tprediction\tlabel\ndev-2\t1\t1\ndev-3\t1\t1\ndev-4\t1\t0\ndev-5\t1\t0\n")
     shown = subprocess.run([sys.executable, "benchmarks/glue_phrase_overlap.py", "--data-dir", str(tmp_path),
-                            "--min-words", "5"], capture_output=True, text=True, cwd=REPO, timeout=120)
+                            "--min-words", "5", "--predictions", str(predictions)], capture_output=True, text=True,
+                           cwd=REPO, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "a training phrase of >= 5 words inside: 2 (50.0%)" in shown.stdout
     assert "covering >= 80% of the sentence: 1 (25.0%), the phrase's label is the sentence's in 0.0%" in shown.stdout
+    assert "accuracy on the sentences holding one 100.0% of 2, the rest 0.0% of 2" in shown.stdout
+    predictions.write_text("guid\tprediction\tlabel\ndev-2\t1\t1\n")
+    partial = subprocess.run([sys.executable, "benchmarks/glue_phrase_overlap.py", "--data-dir", str(tmp_path),
+                              "--min-words", "5", "--predictions", str(predictions)], capture_output=True, text=True,
+                             cwd=REPO, timeout=120)
+    assert partial.returncode == 1 and "has no row dev-3: not this task's dev predictions" in partial.stderr
