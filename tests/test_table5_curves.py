@@ -34,6 +34,14 @@ def test_curves_hold_every_evaluation_once_and_mark_running_models(tmp_path):
     assert points[2] == {"step": 600, "tokens": 600_000, "accuracy": 0.30, "loss": 4.0, "nsp_accuracy": 0.9}
     assert curves["ltr"]["points"][0]["nsp_accuracy"] is None
 
+    # --pretrained names a run not adopted yet (still training): its own metrics give the curve.
+    run = tmp_path / "desk-run"
+    _metrics(run, [_evaluation(200, 0.1, 0.7), _evaluation(400, 0.12, 0.8)])
+    adopting = pretraining_curves(tmp_path / "other", ("mlm_nsp",), {"mlm_nsp": str(run)})
+    assert [p["step"] for p in adopting["mlm_nsp"]["points"]] == [200, 400] and not adopting["mlm_nsp"]["finished"]
+    own = pretraining_curves(tmp_path, ("mlm_nsp",), {"mlm_nsp": str(run)})
+    assert own["mlm_nsp"] == curves["mlm_nsp"]  # adopted (its metrics linked in): the folder's own
+
     plot_curves(curves, tmp_path / "pretraining.png")
     assert (tmp_path / "pretraining.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "pretraining.png").stat().st_size > 5_000
     assert "pretraining.png" in pretraining_markdown({"pretraining": {}, "curves": curves})

@@ -167,7 +167,7 @@ class Experiment:
                       budget=dict(pretraining_tokens=self.scale.pretraining_tokens, finetuning_runs_per_cell=self.args.restarts
                                   * (18 if self.scale.grid else 1)),
                       pretraining={objective: self._pretraining_summary(objective) for objective in OBJECTIVES},
-                      curves=pretraining_curves(self.output, OBJECTIVES), step_seconds=self._times(), cells=cells)
+                      curves=pretraining_curves(self.output, OBJECTIVES, self.args.pretrained), step_seconds=self._times(), cells=cells)
         write_report(self.output, record)
         missing = [f"{row} on {column}" for row in ROWS for column in self.columns if column not in cells.get(row, {})]
         self._say(f"done: {self.output / 'table5.md'}" + (f" (not run yet: {', '.join(missing)})" if missing else ""))

@@ -10,6 +10,7 @@ stopped), marked so, since those are the ones in doubt while the experiment runs
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 from bert_ds.experiments.table5_adopt import json_lines
 
@@ -17,15 +18,20 @@ CURVE_LABELS = {"mlm_nsp": "MLM+NSP (masked tokens)", "mlm": "No NSP (masked tok
                 "ltr": "LTR & No NSP (next token)"}
 
 
-def pretraining_curves(output: Path, objectives: tuple) -> dict:
+def pretraining_curves(output: Path, objectives: tuple, pretrained: Optional[dict] = None) -> dict:
     """{objective: {"finished": bool, "points": [{step, tokens, accuracy, loss, nsp_accuracy}]}} for
-    every objective with a held-out evaluation in OUTPUT/pretrain/OBJECTIVE/metrics.jsonl. A step
-    evaluated twice (a run resumed before its next checkpoint) keeps its last evaluation."""
+    every objective with a held-out evaluation in OUTPUT/pretrain/OBJECTIVE/metrics.jsonl, or, not
+    adopted yet, in the metrics.jsonl of the run `pretrained` names for it (--pretrained: a run
+    still training is shown too). A step evaluated twice (a run resumed before its next
+    checkpoint) keeps its last evaluation."""
     curves = {}
     for objective in objectives:
         folder = output / "pretrain" / objective
+        metrics = folder / "metrics.jsonl"
+        if not metrics.exists() and objective in (pretrained or {}):
+            metrics = Path(pretrained[objective]) / "metrics.jsonl"
         by_step = {}
-        for line in json_lines(folder / "metrics.jsonl"):
+        for line in json_lines(metrics):
             if "eval/mlm_accuracy" in line:
                 by_step[line["step"]] = dict(step=line["step"], tokens=line.get("consumed_tokens"),
                                              accuracy=line["eval/mlm_accuracy"], loss=line.get("eval/mlm_loss"),
