@@ -129,6 +129,24 @@ def test_a_resumed_run_drops_the_lines_its_predecessor_logged_after_the_checkpoi
     assert "dropped 3 line(s) logged after step 3" in console.getvalue()
 
 
+def test_an_auto_resumed_fresh_start_drops_an_attempt_that_left_no_checkpoint(tmp_path):
+    """Killed (the OOM killer, say) before its first checkpoint and started again with --auto-resume:
+    the new run starts at step 0, so the dead attempt's lines go (they are redone) instead of the
+    file listing steps 1-2 twice. Without --auto-resume a fresh run still appends."""
+    path = tmp_path / "metrics.jsonl"
+    with MetricsLogger(total_steps=100, metrics_file=str(path), stream=io.StringIO()) as logger:
+        for step in (1, 2):
+            logger.log(_values(step, 9.0))
+    console = io.StringIO()
+    with MetricsLogger(total_steps=100, metrics_file=str(path), stream=console, restarting=True) as logger:
+        logger.log(_values(1, 8.0))
+    assert [(json.loads(line)["step"], json.loads(line)["loss"]) for line in path.read_text().splitlines()] == [(1, 8.0)]
+    assert "dropped 2 line(s) logged after step 0 by an earlier attempt that left no checkpoint" in console.getvalue()
+    with MetricsLogger(total_steps=100, metrics_file=str(path), stream=io.StringIO()) as logger:  # a new run: appended
+        logger.log(_values(1, 7.0))
+    assert [json.loads(line)["loss"] for line in path.read_text().splitlines()] == [8.0, 7.0]
+
+
 def test_non_finite_values_are_strict_json_null(tmp_path):
     path = tmp_path / "metrics.jsonl"
     with MetricsLogger(total_steps=100, metrics_file=str(path), stream=io.StringIO()) as logger:

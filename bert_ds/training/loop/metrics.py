@@ -109,8 +109,11 @@ class MetricsLogger:
     def __init__(
         self, *, total_steps: int, metrics_file: Optional[str] = None,
         tensorboard_dir: Optional[str] = None, enabled: bool = True, start_step: int = 0,
-        stream: Optional[TextIO] = None, clock: Callable[[], float] = time.monotonic,
+        stream: Optional[TextIO] = None, clock: Callable[[], float] = time.monotonic, restarting: bool = False,
     ) -> None:
+        """`restarting`: this run continues whatever an earlier run of its own left (--auto-resume),
+        so at step 0 too the lines of an earlier attempt that left no checkpoint are dropped (they
+        are redone); a fresh run without it appends to an existing file."""
         self.total_steps = total_steps
         self.enabled = enabled
         self.start_step = start_step
@@ -124,7 +127,7 @@ class MetricsLogger:
         if enabled and metrics_file is not None:
             path = Path(metrics_file)
             path.parent.mkdir(parents=True, exist_ok=True)
-            if start_step > 0 and path.is_file():
+            if (start_step > 0 or restarting) and path.is_file():
                 self._cut_back(path, start_step)
             self._file = path.open("a", encoding="utf-8")
 
@@ -177,8 +180,8 @@ class MetricsLogger:
         partial = path.with_name(path.name + ".tmp")
         partial.write_text("".join(kept), encoding="utf-8")
         partial.replace(path)  # atomic: a kill now leaves the old file or the new one, never half
-        self.message(f"{path}: dropped {len(lines) - len(kept)} line(s) logged after step {step} by the run "
-                     "this one resumes (they are redone)")
+        by = "the run this one resumes" if step else "an earlier attempt that left no checkpoint"
+        self.message(f"{path}: dropped {len(lines) - len(kept)} line(s) logged after step {step} by {by} (they are redone)")
 
     def message(self, text: str) -> None:
         """A plain console line (e.g. "saved checkpoint ..."); no-op when disabled."""

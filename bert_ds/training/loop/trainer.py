@@ -105,7 +105,8 @@ class Trainer:
 
         run = self.run
         self.logger = MetricsLogger(total_steps=run.optim.train_steps, metrics_file=run.log.metrics_file, tensorboard_dir=run.log.tensorboard_dir,
-                                    enabled=self.layout.rank == 0, start_step=self.state.step)
+                                    enabled=self.layout.rank == 0, start_step=self.state.step,
+                                    restarting=run.checkpoint.auto_resume)
         try:
             yield self.logger
         finally:
