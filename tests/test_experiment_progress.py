@@ -33,3 +33,35 @@ def test_each_running_step_has_a_line_until_it_ends(tmp_path):
     assert lines == ["[table5] running 0m 00s: pre-training mlm, phase 1: step 1,200/8,000 (15.0%) | loss 6.10 | ETA 5h 12m"]
     assert "[table5] running 0m 00s: fine-tuning No NSP on sst2: (nothing logged yet)" in out.getvalue()
     assert (duration(59), duration(61), duration(3 * 3600 + 5 * 60)) == ("0m 59s", "1m 01s", "3h 05m")
+
+
+def test_lines_said_from_threads_at_once_never_run_together():
+    """Steps run in threads (--jobs) and the status thread prints too: print() writes a line and its
+    newline separately, so two lines could run together and a line's start be lost to a parse
+    (the smoke test lost "pre-training ltr ..." once). say() writes each line whole."""
+    import threading
+    import time
+
+    from bert_ds.experiments.progress import say
+
+    class SlowStream:  # switches threads inside every write, as a busy machine may
+        def __init__(self):
+            self.parts = []
+
+        def write(self, text):
+            time.sleep(0.0005)
+            self.parts.append(text)
+
+        def flush(self):
+            pass
+
+    out = SlowStream()
+    expected = {f"[table5] step {t} line {k} ..." for t in range(6) for k in range(30)}
+    threads = [threading.Thread(target=lambda t=t: [say(f"[table5] step {t} line {k} ...", out) for k in range(30)])
+               for t in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    lines = "".join(out.parts).splitlines()
+    assert sorted(lines) == sorted(expected)

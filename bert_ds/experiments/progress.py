@@ -8,10 +8,21 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Optional, TextIO
 
 TAIL_BYTES = 8192
 LINE_CHARS = 160
+_CONSOLE = threading.Lock()
+
+
+def say(line: str, out: Optional[TextIO] = None) -> None:
+    """Write `line` and its newline in one write, under a lock: steps running in threads (`--jobs`)
+    and these status lines print at once, and print()'s separate write of the newline let two
+    lines run together (a test's parse of the console lost a step's start line that way)."""
+    out = out if out is not None else sys.stdout
+    with _CONSOLE:
+        out.write(line + "\n")
+        out.flush()
 
 
 def last_progress_line(log: Path) -> str:
@@ -74,4 +85,4 @@ class StepProgress:
     def _report(self) -> None:
         while not self._done.wait(self.interval):
             for line in self.lines():
-                print(line, file=self.out, flush=True)
+                say(line, self.out)

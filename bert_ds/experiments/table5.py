@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Optional
 
 from bert_ds.errors import USER_ERRORS, ConfigError, report
-from bert_ds.experiments.progress import StepProgress
+from bert_ds.experiments.progress import StepProgress, say
 from bert_ds.experiments.step_pool import StepProcesses, Stopped, run_steps
 from bert_ds.experiments.shared_output import check_options, claimed, locked, update_json
 from bert_ds.experiments.table5_adopt import adopt_pretrained, json_lines
@@ -268,7 +268,7 @@ class Experiment:
 
     @staticmethod
     def _say(line: str) -> None:
-        print(f"[table5] {line}", flush=True)
+        say(f"[table5] {line}")
 
     def _finetune_command(self, row: str, column: str, folder: Path) -> tuple[Path, list[str]]:
         s = self.scale
