@@ -6,8 +6,8 @@
 
 A metrics file is what `--metrics-file` writes (bert_ds/training/loop/metrics.py): training lines (they
 have "loss") and held-out evaluation lines (they have "eval/mlm_loss" and no "loss"); other lines
-and unknown keys are ignored. A resumed run appends to the same file, so a step can appear twice:
-the last line per step and kind wins, as it is the run that carried on.
+and unknown keys are ignored. A step that appears twice keeps its last line per kind
+(bert_ds/training/loop/metrics_file.py reads the file).
 
 Panels: MLM loss, NSP loss (only if some run has NSP), accuracy, learning rate, throughput. One
 colour per run; training solid, evaluation dashed with markers. `--x both` (the default) draws one
@@ -26,7 +26,6 @@ file (and line) that could not be read.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -36,7 +35,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
-Records = list[dict[str, Any]]
+from bert_ds.training.loop.metrics_file import MetricsFileError, Records, read_metrics
+
 X_AXES = {"steps": ("step", "optimizer step"), "tokens": ("consumed_tokens", "consumed tokens"),
           # Training wall time, for files that record it (the learning-parity benchmark's).
           "seconds": ("train_seconds", "training time (s)")}
@@ -53,42 +53,6 @@ PANELS = (
     ("learning rate", False, [("train", "lr", "lr", TRAIN)]),
     ("throughput (tokens/s)", False, [("train", "tokens_per_s", "tokens/s", TRAIN)]),
 )
-
-
-class MetricsFileError(ValueError):
-    """An input that cannot be plotted; the message names the file (and line)."""
-
-
-def read_metrics(path: str | Path) -> tuple[Records, Records]:
-    """(training records, evaluation records) of one metrics file, each sorted by step, with the
-    last line kept for a step that appears twice. Raises MetricsFileError naming path (and line)."""
-    path = Path(path)
-    try:
-        # Bytes, decoded line by line, so a binary file's error can name its line too.
-        lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise MetricsFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    train: dict[int, dict] = {}
-    evals: dict[int, dict] = {}
-    seen_content = False
-    for number, raw in enumerate(lines, 1):
-        try:
-            text = raw.decode("utf-8").strip()
-            record = json.loads(text) if text else None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise MetricsFileError(f"{path}:{number}: not JSON Lines ({exc})") from None
-        seen_content |= bool(text)
-        if not isinstance(record, dict) or not isinstance(record.get("step"), (int, float)):
-            continue
-        if "loss" in record:
-            train[int(record["step"])] = record
-        elif "eval/mlm_loss" in record:
-            evals[int(record["step"])] = record
-    if not seen_content:
-        raise MetricsFileError(f"{path}: empty file, no metrics lines")
-    if not train and not evals:
-        raise MetricsFileError(f"{path}: no training or evaluation lines (is it a metrics .jsonl file?)")
-    return [train[s] for s in sorted(train)], [evals[s] for s in sorted(evals)]
 
 
 def default_labels(paths: Sequence[str]) -> list[str]:

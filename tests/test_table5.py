@@ -198,13 +198,6 @@ def test_rows_run_only_the_pretrainings_they_need(tmp_path):
     assert args[args.index("--tokenizer") + 1] == "bert-base-uncased"
     with pytest.raises(SystemExit):
         parse_args(["--output", "o", "--glue-dir", "g", "--squad-dir", "s", "--rows", "bilstm"])
-    # A model still pre-training (another job's) has no held-out result in the report yet.
-    ltr = tmp_path / "pretrain" / "ltr"
-    ltr.mkdir(parents=True)
-    (ltr / "metrics.jsonl").write_text('{"step": 400, "eval/mlm_accuracy": 0.2, "consumed_tokens": 6}\n')
-    assert experiment._pretraining_summary("ltr") == {}
-    (ltr / "done.json").write_text("{}")
-    assert experiment._pretraining_summary("ltr")["held_out_accuracy"] == 0.2
 
 
 def test_a_step_another_job_is_running_is_waited_for_then_found_done(tmp_path, monkeypatch, capsys):
@@ -304,8 +297,8 @@ def test_a_finished_pretraining_run_is_adopted_only_when_it_matches_the_scale(tm
     tag = run / "step00008000"
     tag.mkdir(parents=True)
     (run / "latest").write_text("step00008000")
-    (run / "metrics.jsonl").write_text('{"step": 7950, "train_seconds": 9000.5}\n'
-                                       '{"step": 8000, "eval/mlm_accuracy": 0.36, "eval/nsp_accuracy": 0.95}\n')
+    (run / "metrics.jsonl").write_text('{"step": 7950, "loss": 2.5, "train_seconds": 9000.5}\n'
+                                       '{"step": 8000, "eval/mlm_loss": 3.1, "eval/mlm_accuracy": 0.36, "eval/nsp_accuracy": 0.95}\n')
     marker = {"step": 8000, "model_config": {"layer_norm_position": "pre"},
               "run": {"preset": "mini", "train_steps": 8000, "global_batch_size": 128}}
     (tag / "complete.json").write_text(json.dumps(marker))

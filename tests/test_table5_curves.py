@@ -4,7 +4,7 @@ model still pre-training marked, and the figure and table5.md's pointer to it.""
 
 import json
 
-from bert_ds.experiments.table5_curves import plot_curves, pretraining_curves
+from bert_ds.experiments.table5_curves import finished_summary, plot_curves, pretraining_curves
 from bert_ds.experiments.table5_report import pretraining_markdown
 
 
@@ -33,6 +33,10 @@ def test_curves_hold_every_evaluation_once_and_mark_running_models(tmp_path):
     assert [p["step"] for p in points] == [200, 400, 600] and points[1]["accuracy"] == 0.17  # the last of step 400's
     assert points[2] == {"step": 600, "tokens": 600_000, "accuracy": 0.30, "loss": 4.0, "nsp_accuracy": 0.9}
     assert curves["ltr"]["points"][0]["nsp_accuracy"] is None
+    # table5.json's `pretraining`: a finished model's last evaluation; nothing for one still training.
+    assert finished_summary(curves["mlm_nsp"]) == {"step": 600, "held_out_accuracy": 0.30, "held_out_nsp_accuracy": 0.9,
+                                                   "consumed_tokens": 600_000}
+    assert finished_summary(curves["ltr"]) == {} and finished_summary(curves.get("mlm")) == {}
 
     # --pretrained names a run not adopted yet (still training): its own metrics give the curve.
     run = tmp_path / "desk-run"
@@ -59,7 +63,7 @@ def test_a_line_being_written_is_left_out_and_a_damaged_one_named(tmp_path, caps
     assert [p["step"] for p in pretraining_curves(tmp_path, ("mlm",))["mlm"]["points"]] == [400]
     assert capsys.readouterr().err == ""  # the line being written: no warning
     with open(folder / "metrics.jsonl", "a") as metrics:
-        metrics.write(json.dumps(_evaluation(1200, 0.2)) + '\n' + '[1, 2]\n' + json.dumps(_evaluation(1600, 0.25)) + '\n')
+        metrics.write(json.dumps(_evaluation(1200, 0.2)) + '\n' + '{"step": 1400, "eval/ml\x00\n' + json.dumps(_evaluation(1600, 0.25)) + '\n')
     assert [p["step"] for p in pretraining_curves(tmp_path, ("mlm",))["mlm"]["points"]] == [400, 1600]
     err = capsys.readouterr().err
-    assert "metrics.jsonl, line 2: not a JSON object, left out" in err and "line 3: not a JSON object" in err
+    assert "metrics.jsonl, line 2: not JSON, left out" in err and "line 3: not JSON" in err

@@ -108,3 +108,14 @@ def write_whole(path: Path, text: str) -> None:
     temporary = staging_path(path)
     temporary.write_text(text)
     temporary.replace(path)
+
+
+def save_figure(figure, path: Path) -> None:
+    """A matplotlib figure saved as PNG through a temporary file of this process and closed, as
+    write_whole writes text: a reader never sees half a picture, and two jobs never write one file."""
+    import matplotlib.pyplot as plt
+
+    temporary = staging_path(path)
+    figure.savefig(temporary, dpi=110, format="png")
+    plt.close(figure)
+    temporary.replace(path)

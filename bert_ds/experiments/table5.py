@@ -39,8 +39,8 @@ from bert_ds.errors import USER_ERRORS, ConfigError, report
 from bert_ds.experiments.progress import StepProgress, say
 from bert_ds.experiments.step_pool import StepProcesses, Stopped, run_steps
 from bert_ds.experiments.shared_output import check_options, claimed, locked, update_json
-from bert_ds.experiments.table5_adopt import adopt_pretrained, json_lines
-from bert_ds.experiments.table5_curves import pretraining_curves
+from bert_ds.experiments.table5_adopt import adopt_pretrained
+from bert_ds.experiments.table5_curves import finished_summary, pretraining_curves
 from bert_ds.experiments.table5_report import ROWS, results_cell, write_report
 from bert_ds.experiments.table5_scales import SCALES
 
@@ -161,13 +161,14 @@ class Experiment:
             done = {column: summaries.get((row, column)) or self._finished_cell(row, column) for column in self.columns}
             if any(done.values()):
                 cells[row] = {column: cell for column, cell in done.items() if cell}
+        curves = pretraining_curves(self.output, OBJECTIVES, self.args.pretrained)
         record = dict(scale=self.args.scale, settings=asdict(self.scale), restarts=self.args.restarts,
                       columns=self.columns, seed=self.args.seed, data=self.args.data, eval_data=self.args.eval_data,
                       tokenizer=self.args.tokenizer,
                       budget=dict(pretraining_tokens=self.scale.pretraining_tokens, finetuning_runs_per_cell=self.args.restarts
                                   * (18 if self.scale.grid else 1)),
-                      pretraining={objective: self._pretraining_summary(objective) for objective in OBJECTIVES},
-                      curves=pretraining_curves(self.output, OBJECTIVES, self.args.pretrained), step_seconds=self._times(), cells=cells)
+                      pretraining={objective: finished_summary(curves.get(objective)) for objective in OBJECTIVES},
+                      curves=curves, step_seconds=self._times(), cells=cells)
         write_report(self.output, record)
         missing = [f"{row} on {column}" for row in ROWS for column in self.columns if column not in cells.get(row, {})]
         self._say(f"done: {self.output / 'table5.md'}" + (f" (not run yet: {', '.join(missing)})" if missing else ""))
@@ -339,19 +340,6 @@ class Experiment:
             times[log_name] = round(times.get(log_name, 0.0) + seconds, 1)
 
         update_json(self.output / "step_seconds.json", add)  # its lock excludes this job's other steps and other jobs
-
-    def _pretraining_summary(self, objective: str) -> dict:
-        """The finished model's last held-out evaluation (masked-LM or, for LTR, next-token accuracy;
-        NSP); none for a model still pre-training (another job's, or a stopped one)."""
-        if not (self.output / "pretrain" / objective / "done.json").is_file():
-            return {}
-        metrics = self.output / "pretrain" / objective / "metrics.jsonl"
-        evaluations = [line for line in json_lines(metrics) if "eval/mlm_accuracy" in line]
-        if not evaluations:
-            return {}
-        last = evaluations[-1]
-        return {"step": last.get("step"), "held_out_accuracy": last.get("eval/mlm_accuracy"),
-                "held_out_nsp_accuracy": last.get("eval/nsp_accuracy"), "consumed_tokens": last.get("consumed_tokens")}
 
 
 class StepFailed(RuntimeError):

@@ -4,33 +4,12 @@ and stream used as that objective's model instead of pre-training it again."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Optional
 
 from bert_ds.errors import ConfigError
 from bert_ds.experiments.table5_scales import Scale
-
-
-def json_lines(path: Path) -> list[dict]:
-    """The records of a metrics.jsonl ([] if none). A last line that does not parse is one a running
-    pre-training is writing: left out. Any other (a line torn by a kill, glued to the next run's
-    first) is left out with a warning naming it, so that one damaged line never stops a report."""
-    if not path.is_file():
-        return []
-    lines = path.read_text(errors="replace").splitlines()
-    records = []
-    for number, line in enumerate(lines, 1):
-        try:
-            record = json.loads(line) if line.strip() else None
-        except ValueError:
-            record = "damaged"
-        if isinstance(record, dict):
-            records.append(record)
-        elif record is not None and number < len(lines):
-            print(f"bert_ds: warning: {path}, line {number}: not a JSON object, left out ({line[:60]!r})",
-                  file=sys.stderr, flush=True)
-    return records
+from bert_ds.training.loop.metrics_file import read_metrics
 
 
 def adopt_pretrained(folder: Path, run: Path, objective: str, scale: Scale) -> Optional[float]:
@@ -65,5 +44,5 @@ def adopt_pretrained(folder: Path, run: Path, objective: str, scale: Scale) -> O
         if target.exists():
             link.symlink_to(target.resolve())
     (folder / "done.json").write_text(json.dumps(dict(objective=objective, steps=scale.pretrain_steps, adopted=str(run))))
-    seconds = [line["train_seconds"] for line in json_lines(run / "metrics.jsonl") if "train_seconds" in line]
+    seconds = [line["train_seconds"] for line in read_metrics(run / "metrics.jsonl", while_written=True)[0] if "train_seconds" in line]
     return seconds[-1] if seconds else None

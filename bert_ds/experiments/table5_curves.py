@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from bert_ds.experiments.table5_adopt import json_lines
+from bert_ds.experiments.shared_output import save_figure
+from bert_ds.training.loop.metrics_file import read_metrics
 
 CURVE_LABELS = {"mlm_nsp": "MLM+NSP (masked tokens)", "mlm": "No NSP (masked tokens)",
                 "ltr": "LTR & No NSP (next token)"}
@@ -30,16 +31,22 @@ def pretraining_curves(output: Path, objectives: tuple, pretrained: Optional[dic
         metrics = folder / "metrics.jsonl"
         if not metrics.exists() and objective in (pretrained or {}):
             metrics = Path(pretrained[objective]) / "metrics.jsonl"
-        by_step = {}
-        for line in json_lines(metrics):
-            if "eval/mlm_accuracy" in line:
-                by_step[line["step"]] = dict(step=line["step"], tokens=line.get("consumed_tokens"),
-                                             accuracy=line["eval/mlm_accuracy"], loss=line.get("eval/mlm_loss"),
-                                             nsp_accuracy=line.get("eval/nsp_accuracy"))
-        if by_step:
-            curves[objective] = dict(finished=(folder / "done.json").is_file(),
-                                     points=[by_step[step] for step in sorted(by_step)])
+        points = [dict(step=line["step"], tokens=line.get("consumed_tokens"), accuracy=line["eval/mlm_accuracy"],
+                       loss=line.get("eval/mlm_loss"), nsp_accuracy=line.get("eval/nsp_accuracy"))
+                  for line in read_metrics(metrics, while_written=True)[1] if "eval/mlm_accuracy" in line]
+        if points:
+            curves[objective] = dict(finished=(folder / "done.json").is_file(), points=points)
     return curves
+
+
+def finished_summary(curve: Optional[dict]) -> dict:
+    """A finished model's last held-out evaluation (masked-LM or, for LTR, next-token accuracy; NSP)
+    for table5.json's `pretraining`; {} for a model still pre-training (another job's, a stopped one)."""
+    if not curve or not curve["finished"]:
+        return {}
+    last = curve["points"][-1]
+    return {"step": last["step"], "held_out_accuracy": last["accuracy"], "held_out_nsp_accuracy": last["nsp_accuracy"],
+            "consumed_tokens": last["tokens"]}
 
 
 def plot_curves(curves: dict, path: Path) -> None:
@@ -49,8 +56,6 @@ def plot_curves(curves: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from bert_ds.runtime.cache import staging_path
 
     figure, (accuracy, loss) = plt.subplots(1, 2, figsize=(10, 3.8))
     for objective, curve in curves.items():
@@ -64,7 +69,4 @@ def plot_curves(curves: dict, path: Path) -> None:
     loss.set(xlabel="tokens consumed (millions)", ylabel="held-out cross-entropy", title="held-out loss")
     accuracy.legend(fontsize=8)
     figure.tight_layout()
-    temporary = staging_path(path)
-    figure.savefig(temporary, dpi=110, format="png")
-    plt.close(figure)
-    temporary.replace(path)
+    save_figure(figure, path)

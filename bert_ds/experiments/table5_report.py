@@ -8,9 +8,8 @@ import math
 import statistics
 from pathlib import Path
 
-from bert_ds.experiments.shared_output import write_whole
+from bert_ds.experiments.shared_output import save_figure, write_whole
 from bert_ds.experiments.table5_curves import plot_curves
-from bert_ds.runtime.cache import staging_path
 from bert_ds.experiments.table5_orderings import markdown as orderings_markdown
 from bert_ds.experiments.table5_orderings import orderings
 
@@ -128,7 +127,4 @@ def plot(record: dict, path: Path) -> None:
     axes[0][0].legend(fontsize=8)
     figure.suptitle(f"Table 5 in miniature ({record['scale']})", fontsize=11)
     figure.tight_layout()
-    temporary = staging_path(path)  # several jobs may write the report
-    figure.savefig(temporary, dpi=110, format="png")
-    plt.close(figure)
-    temporary.replace(path)
+    save_figure(figure, path)  # several jobs may write the report
