@@ -152,3 +152,28 @@ def test_max_train_examples_reaches_the_fine_tuning_plan(tmp_path):
     assert ", 2 optimizer steps" in capped.stdout  # ceil(5 / 4), not ceil(16 / 4)
     bad = run_entrypoint("bert_ds/finetune/glue.py", [*common, "--max-train-examples", "0"])
     assert bad.returncode == 2 and "--max-train-examples must be at least 1, got 0" in bad.stderr
+
+
+def test_field_docs_of_classes_nested_and_defined_in_a_function():
+    """field_docs parses a source file once for all its classes: a class inside a class or inside a
+    function is found by its qualified name, and a subclass adds its fields' docs to its base's."""
+
+    @dataclasses.dataclass
+    class Base:
+        kept: int = 1
+        """Kept from the base."""
+
+    @dataclasses.dataclass
+    class Outer(Base):
+        @dataclasses.dataclass
+        class Inner:
+            depth: int = 2
+            """Two levels in."""
+
+        width: int = 3
+        """Three   wide,
+        over two lines."""
+        undocumented: int = 4
+
+    assert field_docs(Outer) == {"kept": "Kept from the base.", "width": "Three wide, over two lines."}
+    assert field_docs(Outer.Inner) == {"depth": "Two levels in."}
