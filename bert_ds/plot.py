@@ -35,7 +35,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
-from bert_ds.training.loop.metrics_file import MetricsFileError, Records, read_metrics
+from bert_ds.training.loop.metrics_file import MetricsFileError, Records, crossing, number, read_metrics
 
 X_AXES = {"steps": ("step", "optimizer step"), "tokens": ("consumed_tokens", "consumed tokens"),
           # Training wall time, for files that record it (the learning-parity benchmark's).
@@ -64,21 +64,15 @@ def default_labels(paths: Sequence[str]) -> list[str]:
     return [str(p) for p in paths]
 
 
-def _number(value: Any) -> float:
-    # null (a diverged value, or no NSP head) becomes NaN, which matplotlib draws as a gap.
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if ok else math.nan
-
-
 def _series(records: Records, x_key: str, y_key: str) -> tuple[list[float], list[float]]:
-    points = [(_number(r.get(x_key)), _number(r.get(y_key))) for r in records]
+    points = [(number(r.get(x_key)), number(r.get(y_key))) for r in records]
     points = [(x, y) for x, y in points if math.isfinite(x)]
     return [x for x, _ in points], [y for _, y in points]
 
 
 def _has_nsp(runs: Sequence[tuple[Records, Records]]) -> bool:
     keys = ("nsp_loss", "eval/nsp_loss")
-    return any(math.isfinite(_number(r.get(k))) for t, e in runs for r in t + e for k in keys)
+    return any(math.isfinite(number(r.get(k))) for t, e in runs for r in t + e for k in keys)
 
 
 def draw(runs: Sequence[tuple[Records, Records]], labels: Sequence[str], output: str,
@@ -106,26 +100,6 @@ def draw(runs: Sequence[tuple[Records, Records]], labels: Sequence[str], output:
         fig.suptitle(title, fontsize=14)
     fig.tight_layout()
     fig.savefig(output)
-
-
-def crossing(evals: Records, level: float, x_key: str = "step",
-             start: Optional[tuple[float, float]] = None) -> Optional[float]:
-    """Where the held-out MLM accuracy of `evals` first reaches `level`, on `x_key`, linear
-    between the evaluation before and the one that reaches it; None if none does. `start`, an
-    (x, accuracy) point before the first evaluation, is where that one's segment begins (without
-    it, a first evaluation already at `level` gives its own x)."""
-    previous = start
-    for record in evals:
-        x, accuracy = _number(record.get(x_key)), _number(record.get("eval/mlm_accuracy"))
-        if not (math.isfinite(x) and math.isfinite(accuracy)):
-            continue
-        if accuracy >= level:
-            if previous is None or accuracy == previous[1]:  # nothing to interpolate across
-                return x
-            x0, accuracy0 = previous
-            return x0 + (level - accuracy0) / (accuracy - accuracy0) * (x - x0)
-        previous = (x, accuracy)
-    return None
 
 
 def crossings_table(runs: Sequence[tuple[Records, Records]], labels: Sequence[str], levels: Sequence[float],

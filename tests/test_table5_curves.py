@@ -5,7 +5,7 @@ model still pre-training marked, and the figure and table5.md's pointer to it.""
 import json
 
 from bert_ds.experiments.table5_curves import finished_summary, plot_curves, pretraining_curves
-from bert_ds.experiments.table5_report import pretraining_markdown
+from bert_ds.experiments.table5_report import crossings_markdown, pretraining_markdown
 
 
 def _metrics(folder, lines):
@@ -67,3 +67,20 @@ def test_a_line_being_written_is_left_out_and_a_damaged_one_named(tmp_path, caps
     assert [p["step"] for p in pretraining_curves(tmp_path, ("mlm",))["mlm"]["points"]] == [400, 1600]
     err = capsys.readouterr().err
     assert "metrics.jsonl, line 2: not JSON, left out" in err and "line 3: not JSON" in err
+
+
+def test_table5_md_lists_when_each_model_left_the_plateau(tmp_path):
+    """The tokens at which each model's held-out accuracy first reached 15/20/25/30%, linear between
+    the evaluations around each level: models at different steps compare by when they left the
+    frequent-token plateau. A level not reached yet is a dash; an unfinished model is marked."""
+    _metrics(tmp_path / "pretrain" / "mlm_nsp", [_evaluation(1000, 0.12, 0.8), _evaluation(2000, 0.18, 0.9),
+                                                 _evaluation(3000, 0.22, 0.9)])
+    _metrics(tmp_path / "pretrain" / "mlm", [_evaluation(1000, 0.30), _evaluation(2000, 0.35)])
+    (tmp_path / "pretrain" / "mlm" / "done.json").write_text("{}")
+    table = crossings_markdown(pretraining_curves(tmp_path, ("mlm_nsp", "mlm", "ltr")))
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in table.splitlines() if line.startswith("| ")}
+    # 15%: halfway from 12% (1.0M tokens) to 18% (2.0M); 20%: halfway from 18% to 22% (2.0M to 3.0M).
+    assert rows["MLM+NSP (unfinished)"] == ["1.5", "2.5", "–", "–", "22.0% at 3.0M (step 3,000) |"]
+    # Its first evaluation is already past every level: that evaluation's tokens.
+    assert rows["No NSP"] == ["1.0", "1.0", "1.0", "1.0", "35.0% at 2.0M (step 2,000) |"]
+    assert "LTR & No NSP" not in rows and crossings_markdown({}) == ""

@@ -12,6 +12,7 @@ from bert_ds.experiments.shared_output import save_figure, write_whole
 from bert_ds.experiments.table5_curves import plot_curves
 from bert_ds.experiments.table5_orderings import markdown as orderings_markdown
 from bert_ds.experiments.table5_orderings import orderings
+from bert_ds.training.loop.metrics_file import crossing
 
 ROWS = ("MLM+NSP", "No NSP", "LTR & No NSP", "+ BiLSTM", "No pre-training")
 """The paper's row names, in its order (BERT-BASE is its "MLM+NSP" row), and the floor: the same
@@ -90,11 +91,36 @@ def markdown(record: dict) -> str:
 OBJECTIVE_NAMES = {"mlm_nsp": "MLM+NSP", "mlm": "No NSP", "ltr": "LTR & No NSP"}
 
 
+CROSSING_LEVELS = (0.15, 0.20, 0.25, 0.30)
+"""Held-out accuracies whose first crossing table5.md lists: a model on the frequent-token plateau
+sits near 12-15% on English; leaving it shows as these levels reached, and the tokens it took."""
+
+
+def crossings_markdown(curves: dict) -> str:
+    """When each model's held-out accuracy first reached each CROSSING_LEVELS level (millions of
+    tokens, linear between evaluations): when it left the plateau, comparable across models that
+    are at different steps. Unfinished models are included and marked."""
+    if not curves:
+        return ""
+    lines = ["", "Tokens consumed (millions) when each model's held-out accuracy first reached a level "
+             "(linear between evaluations; – not yet):", "",
+             "| model | " + " | ".join(f"{level:.0%}" for level in CROSSING_LEVELS) + " | last evaluation |",
+             "|---|" + "---|" * (len(CROSSING_LEVELS) + 1)]
+    for name, curve in curves.items():
+        reached = [crossing(curve["points"], level, x_key="tokens", accuracy_key="accuracy") for level in CROSSING_LEVELS]
+        last = curve["points"][-1]
+        label = OBJECTIVE_NAMES.get(name, name) + ("" if curve["finished"] else " (unfinished)")
+        lines.append(f"| {label} | " + " | ".join("–" if x is None else f"{x / 1e6:.1f}" for x in reached)
+                     + f" | {100 * last['accuracy']:.1f}% at {(last['tokens'] or 0) / 1e6:.1f}M (step {last['step']:,}) |")
+    return "\n".join(lines) + "\n"
+
+
 def pretraining_markdown(record: dict) -> str:
-    """Each pre-trained model's last held-out evaluation (LTR: next-token accuracy), if evaluated."""
+    """Each pre-trained model's last held-out evaluation (LTR: next-token accuracy), if evaluated,
+    and when each model's held-out accuracy reached the CROSSING_LEVELS."""
     models = {name: summary for name, summary in record.get("pretraining", {}).items() if summary}
     curves = ("\nEvery evaluation so far, against the tokens consumed: pretraining.png (`curves` in "
-              "table5.json; an unfinished model dashed).\n") if record.get("curves") else ""
+              "table5.json; an unfinished model dashed).\n" + crossings_markdown(record["curves"])) if record.get("curves") else ""
     if not models:
         return curves
     lines = ["", "Held-out accuracy of each pre-trained model at its last evaluation (masked tokens; LTR: next token):",

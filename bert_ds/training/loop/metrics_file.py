@@ -12,9 +12,10 @@ a report of hours of results).
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 Records = list[dict[str, Any]]
 
@@ -65,3 +66,30 @@ def read_metrics(path: str | Path, while_written: bool = False) -> tuple[Records
         if not train and not evals:
             raise MetricsFileError(f"{path}: no training or evaluation lines (is it a metrics .jsonl file?)")
     return [train[s] for s in sorted(train)], [evals[s] for s in sorted(evals)]
+
+
+def number(value: Any) -> float:
+    """A metrics value as a float; null (a diverged value, no NSP head) or a non-number is NaN
+    (which matplotlib draws as a gap)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok else math.nan
+
+
+def crossing(evals: Records, level: float, x_key: str = "step",
+             start: Optional[tuple[float, float]] = None, accuracy_key: str = "eval/mlm_accuracy") -> Optional[float]:
+    """Where the held-out MLM accuracy (`accuracy_key`) of `evals` first reaches `level`, on `x_key`, linear
+    between the evaluation before and the one that reaches it; None if none does. `start`, an
+    (x, accuracy) point before the first evaluation, is where that one's segment begins (without
+    it, a first evaluation already at `level` gives its own x)."""
+    previous = start
+    for record in evals:
+        x, accuracy = number(record.get(x_key)), number(record.get(accuracy_key))
+        if not (math.isfinite(x) and math.isfinite(accuracy)):
+            continue
+        if accuracy >= level:
+            if previous is None or accuracy == previous[1]:  # nothing to interpolate across
+                return x
+            x0, accuracy0 = previous
+            return x0 + (level - accuracy0) / (accuracy - accuracy0) * (x - x0)
+        previous = (x, accuracy)
+    return None
