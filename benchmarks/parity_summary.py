@@ -11,7 +11,7 @@ from typing import Optional
 def time_to(evals: list[dict], target: float):
     """Training seconds at which the held-out MLM accuracy first reaches `target`, interpolated
     between evaluations, from 0% at 0 s before the first."""
-    from bert_ds.plot import crossing
+    from bert_ds.training.loop.metrics_file import crossing
 
     return crossing(evals, target, "train_seconds", start=(0.0, 0.0))
 

@@ -34,11 +34,13 @@ def option(*, flag: Optional[str] = None, choices=None, parse: Optional[Callable
 
 @functools.lru_cache(maxsize=None)
 def field_docs(cls) -> dict[str, str]:
-    """{field name: its docstring (the string literal right after it)} for a dataclass and its bases."""
+    """{field name: its docstring (the string literal right after it)} for a dataclass and its bases
+    ({} for a class without a source file: a dataclass made by make_dataclass)."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if dataclasses.is_dataclass(klass):
-            docs.update(_module_field_docs(inspect.getsourcefile(klass)).get(klass.__qualname__, {}))
+        source = inspect.getsourcefile(klass) if dataclasses.is_dataclass(klass) else None
+        if source:
+            docs.update(_module_field_docs(source).get(klass.__qualname__, {}))
     return docs
 
 
@@ -46,25 +48,31 @@ def field_docs(cls) -> dict[str, str]:
 def _module_field_docs(filename: str) -> dict[str, dict[str, str]]:
     """{class qualname: {field: docstring}} for every class in one source file, parsed once: every
     entrypoint (each rank of a job) builds its parser at start, and inspect.getsource parses the
-    whole module again for each class it is asked for (~50 ms a start for a job's dozen sections)."""
+    whole module again for each class it is asked for (~50 ms a start for a job's dozen sections).
+    Two classes of one qualified name (under if/else): the first, as inspect finds it."""
     found: dict[str, dict[str, str]] = {}
 
-    def visit(body: list, prefix: str) -> None:
-        for node in body:
-            if isinstance(node, ast.ClassDef):
-                name = prefix + node.name
-                found[name] = {
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                name = prefix + child.name
+                found.setdefault(name, {
                     field.target.id: " ".join(following.value.value.split())
-                    for field, following in zip(node.body, node.body[1:])
+                    for field, following in zip(child.body, child.body[1:])
                     if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)
                         and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-                        and isinstance(following.value.value, str))}
-                visit(node.body, name + ".")
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):  # a class defined in a function
-                visit(node.body, f"{prefix}{node.name}.<locals>.")
+                        and isinstance(following.value.value, str))})
+                visit(child, name + ".")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):  # a class defined in a function
+                visit(child, f"{prefix}{child.name}.<locals>.")
+            elif isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):  # if/try/with/for blocks
+                visit(child, prefix)  # (expressions hold no class: not walked)
 
-    with open(filename, encoding="utf-8") as source:
-        visit(ast.parse(source.read()).body, "")
+    try:
+        with open(filename, encoding="utf-8") as source:
+            visit(ast.parse(source.read()), "")
+    except OSError:
+        return {}  # no readable source (a zipped install): options without help, not a failed start
     return found
 
 

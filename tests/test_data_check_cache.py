@@ -135,3 +135,15 @@ def test_hub_sources_are_read_every_time_and_an_unwritable_cache_only_costs_time
     monkeypatch.setenv("BERT_DS_CACHE", str(blocked))
     sample = data_check_cache.checked_sample(corpus, load_tokenizer("bert-base-uncased"), seed=1)
     assert sample.documents == 2
+
+
+def test_an_empty_bert_ds_cache_is_the_default_folder_not_the_current_one(monkeypatch, tmp_path):
+    """BERT_DS_CACHE= (empty, e.g. a shell substitution that found nothing) would be Path(""), the
+    current folder: a checkout filled with cache files. Empty counts as unset."""
+    from bert_ds.runtime.cache import cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("BERT_DS_CACHE", "")
+    assert cache_dir() == tmp_path / ".cache" / "bert_ds"
+    monkeypatch.setenv("BERT_DS_CACHE", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"

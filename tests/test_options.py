@@ -175,5 +175,14 @@ def test_field_docs_of_classes_nested_and_defined_in_a_function():
         over two lines."""
         undocumented: int = 4
 
+    if True:  # a class under a block keeps the enclosing name
+
+        @dataclasses.dataclass
+        class Guarded:
+            flag: int = 5
+            """Found under an if."""
+
     assert field_docs(Outer) == {"kept": "Kept from the base.", "width": "Three wide, over two lines."}
     assert field_docs(Outer.Inner) == {"depth": "Two levels in."}
+    assert field_docs(Guarded) == {"flag": "Found under an if."}
+    assert field_docs(dataclasses.make_dataclass("Made", [("x", int)])) == {}  # no source: no help, no failure

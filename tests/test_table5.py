@@ -265,6 +265,12 @@ def test_report_only_writes_the_report_of_what_is_there_and_starts_nothing(tmp_p
     (running / "ckpt").mkdir(parents=True)
     (running / "metrics.jsonl").write_text(json.dumps({"step": 400, "consumed_tokens": 6_000_000, "eval/mlm_accuracy": 0.13,
                                                        "eval/mlm_loss": 6.6}) + "\n")
+    finished = out / "pretrain" / "mlm_nsp"
+    finished.mkdir(parents=True)
+    (finished / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "consumed_tokens": step * 16384, "eval/mlm_loss": 3.0,
+                                                                "eval/mlm_accuracy": accuracy, "eval/nsp_accuracy": 0.9}) + "\n"
+                                                    for step, accuracy in ((7600, 0.35), (8000, 0.36))))
+    (finished / "done.json").write_text("{}")
     options = ["--output", str(out), "--scale", "desk", "--restarts", "2", "--report-only"]
     assert main(options) == 0
     assert not (out / "options.json").exists()  # a report writes no options: it only reads the folder
@@ -272,6 +278,8 @@ def test_report_only_writes_the_report_of_what_is_there_and_starts_nothing(tmp_p
     assert list(record["cells"]) == ["No pre-training"] and list(record["cells"]["No pre-training"]) == ["sst2"]
     assert record["cells"]["No pre-training"]["sst2"]["scores"] == [87.0, 89.0]
     assert record["pretraining"]["mlm"] == {} and record["curves"]["mlm"]["finished"] is False  # running: a curve only
+    assert record["pretraining"]["mlm_nsp"] == {"step": 8000, "held_out_accuracy": 0.36, "held_out_nsp_accuracy": 0.9,
+                                                "consumed_tokens": 8000 * 16384}  # finished: its last evaluation
     assert (out / "pretraining.png").is_file() and not (out / "logs").exists()
     assert "not run yet: MLM+NSP on mrpc" in capsys.readouterr().out
     (out / "options.json").write_text(json.dumps({"scale": "desk", "restarts": 2}))  # what the jobs recorded

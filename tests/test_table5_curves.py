@@ -63,10 +63,16 @@ def test_a_line_being_written_is_left_out_and_a_damaged_one_named(tmp_path, caps
     assert [p["step"] for p in pretraining_curves(tmp_path, ("mlm",))["mlm"]["points"]] == [400]
     assert capsys.readouterr().err == ""  # the line being written: no warning
     with open(folder / "metrics.jsonl", "a") as metrics:
-        metrics.write(json.dumps(_evaluation(1200, 0.2)) + '\n' + '{"step": 1400, "eval/ml\x00\n' + json.dumps(_evaluation(1600, 0.25)) + '\n')
+        metrics.write(json.dumps(_evaluation(1200, 0.2)) + '\n' + '[1, 2]\n' + '{"step": 1400, "eval/ml\x00\n'
+                      + json.dumps(_evaluation(1600, 0.25)) + '\n')
     assert [p["step"] for p in pretraining_curves(tmp_path, ("mlm",))["mlm"]["points"]] == [400, 1600]
     err = capsys.readouterr().err
-    assert "metrics.jsonl, line 2: not JSON, left out" in err and "line 3: not JSON" in err
+    assert "metrics.jsonl, line 2: not JSON, left out" in err and "line 3: not a JSON object, left out" in err
+    assert "line 4: not JSON, left out" in err
+    # Nothing there yet (a model not started, an empty file just created): no curve, no warning.
+    (tmp_path / "pretrain" / "ltr").mkdir()
+    (tmp_path / "pretrain" / "ltr" / "metrics.jsonl").write_text("")
+    assert pretraining_curves(tmp_path, ("ltr", "mlm_nsp")) == {} and capsys.readouterr().err == ""
 
 
 def test_table5_md_lists_when_each_model_left_the_plateau(tmp_path):
@@ -81,6 +87,9 @@ def test_table5_md_lists_when_each_model_left_the_plateau(tmp_path):
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in table.splitlines() if line.startswith("| ")}
     # 15%: halfway from 12% (1.0M tokens) to 18% (2.0M); 20%: halfway from 18% to 22% (2.0M to 3.0M).
     assert rows["MLM+NSP (unfinished)"] == ["1.5", "2.5", "–", "–", "22.0% at 3.0M (step 3,000) |"]
-    # Its first evaluation is already past every level: that evaluation's tokens.
-    assert rows["No NSP"] == ["1.0", "1.0", "1.0", "1.0", "35.0% at 2.0M (step 2,000) |"]
+    # Its first evaluation is already past every level: at most that evaluation's tokens.
+    assert rows["No NSP"] == ["≤ 1.0", "≤ 1.0", "≤ 1.0", "≤ 1.0", "35.0% at 2.0M (step 2,000) |"]
     assert "LTR & No NSP" not in rows and crossings_markdown({}) == ""
+    # A curve without token counts (an old metrics file) has no row rather than a wrong one.
+    untimed = {"ltr": {"finished": False, "points": [{"step": 400, "tokens": None, "accuracy": 0.2, "loss": 5.0}]}}
+    assert crossings_markdown(untimed) == ""

@@ -11,7 +11,6 @@ from typing import Optional
 
 import torch
 
-from bert_ds.checkpoint.zero import CheckpointError
 from bert_ds.runtime.partitioned import local_partition, writable
 
 

@@ -99,20 +99,29 @@ sits near 12-15% on English; leaving it shows as these levels reached, and the t
 def crossings_markdown(curves: dict) -> str:
     """When each model's held-out accuracy first reached each CROSSING_LEVELS level (millions of
     tokens, linear between evaluations): when it left the plateau, comparable across models that
-    are at different steps. Unfinished models are included and marked."""
-    if not curves:
-        return ""
-    lines = ["", "Tokens consumed (millions) when each model's held-out accuracy first reached a level "
-             "(linear between evaluations; – not yet):", "",
-             "| model | " + " | ".join(f"{level:.0%}" for level in CROSSING_LEVELS) + " | last evaluation |",
-             "|---|" + "---|" * (len(CROSSING_LEVELS) + 1)]
+    are at different steps. A level its first evaluation had already passed is "≤" that
+    evaluation's tokens. Unfinished models are included and marked."""
+    rows = []
     for name, curve in curves.items():
-        reached = [crossing(curve["points"], level, x_key="tokens", accuracy_key="accuracy") for level in CROSSING_LEVELS]
-        last = curve["points"][-1]
+        points = [p for p in curve["points"] if p["tokens"] is not None and p["accuracy"] is not None]
+        if not points:
+            continue
+        cells = []
+        for level in CROSSING_LEVELS:
+            tokens = crossing(points, level, x_key="tokens", accuracy_key="accuracy")
+            bound = "≤ " if tokens is not None and points[0]["accuracy"] >= level else ""
+            cells.append("–" if tokens is None else f"{bound}{tokens / 1e6:.1f}")
+        last = points[-1]
         label = OBJECTIVE_NAMES.get(name, name) + ("" if curve["finished"] else " (unfinished)")
-        lines.append(f"| {label} | " + " | ".join("–" if x is None else f"{x / 1e6:.1f}" for x in reached)
-                     + f" | {100 * last['accuracy']:.1f}% at {(last['tokens'] or 0) / 1e6:.1f}M (step {last['step']:,}) |")
-    return "\n".join(lines) + "\n"
+        rows.append(f"| {label} | " + " | ".join(cells)
+                    + f" | {100 * last['accuracy']:.1f}% at {last['tokens'] / 1e6:.1f}M (step {last['step']:,}) |")
+    if not rows:
+        return ""
+    header = ["", "Tokens consumed (millions) when each model's held-out accuracy (LTR: next-token) first "
+              "reached a level (linear between evaluations; – not yet):", "",
+              "| model | " + " | ".join(f"{level:.0%}" for level in CROSSING_LEVELS) + " | last evaluation |",
+              "|---|" + "---|" * (len(CROSSING_LEVELS) + 1)]
+    return "\n".join(header + rows) + "\n"
 
 
 def pretraining_markdown(record: dict) -> str:

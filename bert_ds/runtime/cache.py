@@ -22,7 +22,10 @@ from typing import IO, Iterator, Optional
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("BERT_DS_CACHE", Path.home() / ".cache" / "bert_ds"))
+    """BERT_DS_CACHE, or ~/.cache/bert_ds when it is unset or empty (an empty value, say from a
+    shell substitution that found nothing, would otherwise be the current folder: a checkout
+    filled with cache files)."""
+    return Path(os.environ.get("BERT_DS_CACHE") or Path.home() / ".cache" / "bert_ds")
 
 
 @contextlib.contextmanager

@@ -19,7 +19,6 @@ mode); the training RNG streams are not drawn from, so evaluating does not chang
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import time
 from dataclasses import dataclass
 from typing import Optional

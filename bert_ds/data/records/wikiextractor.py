@@ -94,7 +94,7 @@ def _documents(handle, path: str, points: Optional[SeekPoints] = None,
     """(header line, body lines) of each document from the handle's position, which is at the
     start of a line; the scan passes `points` and `problems`, a read passes neither."""
     problems = problems or _Problems()
-    header, body, emitted = None, [], first
+    header, body, emitted, header_line = None, [], first, 0
     while True:
         position = handle.tell() if points is not None else 0
         line = handle.readline()

@@ -100,8 +100,8 @@ class MetricsLogger:
 
     Contract: `enabled=False` (every rank but the logging one) makes every method a no-op and creates
     no file or directory. The metrics file is opened in append mode (a resumed run continues the
-    same file; a step logged before a crash and again after resume appears twice — readers keep the
-    last line per step). `start_step` is the step the run resumes from (already completed), so the
+    same file, first dropping the lines logged after the checkpoint it resumes from, so each step is
+    listed once; readers, metrics_file.py, still keep the last line of a step listed twice). `start_step` is the step the run resumes from (already completed), so the
     ETA rate and the TensorBoard purge count only this run's steps. The SummaryWriter is created
     on the first `log`. `clock` (seconds, monotonic) is a seam for tests.
     """

@@ -42,17 +42,18 @@ def read_metrics(path: str | Path, while_written: bool = False) -> tuple[Records
     train: dict[int, dict] = {}
     evals: dict[int, dict] = {}
     seen_content = False
-    for number, raw in enumerate(lines, 1):
+    for line_number, raw in enumerate(lines, 1):
         try:
             text = raw.decode("utf-8").strip()
             record = json.loads(text) if text else None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             if not while_written:
-                raise MetricsFileError(f"{path}:{number}: not JSON Lines ({exc})") from None
-            if number < len(lines):
-                print(f"bert_ds: warning: {path}, line {number}: not JSON, left out ({raw[:60]!r})",
-                      file=sys.stderr, flush=True)
+                raise MetricsFileError(f"{path}:{line_number}: not JSON Lines ({exc})") from None
+            if line_number < len(lines):
+                _warn(path, line_number, "not JSON", raw)
             continue
+        if while_written and text and not isinstance(record, dict) and line_number < len(lines):
+            _warn(path, line_number, "not a JSON object", raw)  # a tool's stray line, or a damaged file
         seen_content |= bool(text)
         if not isinstance(record, dict) or not isinstance(record.get("step"), (int, float)):
             continue
@@ -66,6 +67,10 @@ def read_metrics(path: str | Path, while_written: bool = False) -> tuple[Records
         if not train and not evals:
             raise MetricsFileError(f"{path}: no training or evaluation lines (is it a metrics .jsonl file?)")
     return [train[s] for s in sorted(train)], [evals[s] for s in sorted(evals)]
+
+
+def _warn(path: Path, line_number: int, what: str, raw: bytes) -> None:
+    print(f"bert_ds: warning: {path}, line {line_number}: {what}, left out ({raw[:60]!r})", file=sys.stderr, flush=True)
 
 
 def number(value: Any) -> float:
