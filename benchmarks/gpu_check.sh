@@ -3,6 +3,9 @@
 #   pretrain   2 steps of BERT-BASE pre-training in bf16 through bert_ds/pretrain.py (sample
 #              corpus), saving a ZeRO checkpoint;
 #   glue       one fine-tuning step from that checkpoint on a tiny SST-2 folder written here;
+#   cross_entropy
+#              the output layer's cross-entropy against megatron-core's on the card
+#              (benchmarks/vocab_cross_entropy.py): the same loss and gradient, time, peak memory;
 #   large_128, large_512
 #              the training-throughput benchmark for BERT-LARGE in bf16 at 128 and 512 tokens:
 #              tokens/s and MFU against the card's bf16 matrix-multiply rate measured in the same
@@ -24,8 +27,8 @@
 #   WHEELS=...       the folder of wheels (default .whl/, which benchmarks/gpu_wheels.sh fills)
 #   SITE=...         where the wheels go (default /tmp/site)
 #   CHECK_TIMEOUT_S  each part's time limit (default 240)
-# Writes OUT_DIR/gpu.txt (card, install, versions, summary), pretrain.txt, glue.txt and
-# large_<seq>.json/.txt: 7 files. Checkpoints and the GLUE folder go to a scratch folder that is
+# Writes OUT_DIR/gpu.txt (card, install, versions, summary), pretrain.txt, glue.txt,
+# cross_entropy.txt/.json and large_<seq>.json/.txt: 9 files. Checkpoints and the GLUE folder go to a scratch folder that is
 # removed at the end. A failed part does not stop the others; the last line says which passed,
 # and the exit status is 1 if any failed.
 set -euo pipefail
@@ -182,6 +185,13 @@ glue() {
     cat "$scratch/glue_out/results.json" && echo
 }
 part glue glue.txt glue
+
+# (d) The output layer's cross-entropy (model/vocab_cross_entropy.py: one chunk on a GPU) against
+# megatron-core's on the card: loss and gradient differences, time and peak memory, at a
+# left-to-right BERT-LARGE micro batch's 8,192 rows (64 x 128) in fp32 and bf16.
+if ((gpu)); then ce_rows=8192 ce_repeats=5; else ce_rows=256 ce_repeats=1; fi
+part cross_entropy cross_entropy.txt timeout -k 10 "$limit" "$python" benchmarks/vocab_cross_entropy.py \
+    --rows "$ce_rows" --repeats "$ce_repeats" --json "$out/cross_entropy.json"
 
 # (a) Throughput, BERT-LARGE bf16. Batches that keep the card busy without activation
 # recomputation (80+ GB cards).

@@ -5,6 +5,7 @@ line on the lent GPU."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -45,7 +46,8 @@ def _probe_wheel(folder: Path) -> str:
 @pytest.mark.slow
 def test_gpu_check_cpu_mode_runs_every_part_of_the_script(tmp_path):
     """--cpu: the script as the lent GPU will run it (wheels installed into a target folder, the
-    import check, pretrain -> checkpoint -> GLUE step -> throughput at 128 and 512 tokens), on the
+    import check, pretrain -> checkpoint -> GLUE step -> the cross-entropy against megatron's ->
+    throughput at 128 and 512 tokens), on the
     tiny preset, so that a broken command fails here rather than on the lease."""
     import sys
 
@@ -57,8 +59,11 @@ def test_gpu_check_cpu_mode_runs_every_part_of_the_script(tmp_path):
     report = (out / "gpu.txt").read_text() if (out / "gpu.txt").is_file() else ""
     assert run.returncode == 0, report + run.stdout[-3000:] + run.stderr[-2000:]
     assert (site / probe / "__init__.py").is_file() and "installing 1 wheels" in report
-    assert report.splitlines()[-1] == "gpu_check: passed: pretrain glue large_128 large_512; failed: none"
+    assert report.splitlines()[-1] == "gpu_check: passed: pretrain glue cross_entropy large_128 large_512; failed: none"
     assert "saved checkpoint" in (out / "pretrain.txt").read_text()
     assert '"accuracy"' in (out / "glue.txt").read_text()  # results.json of the fine-tuning step
+    cross_entropy = json.loads((out / "cross_entropy.json").read_text())["results"]
+    assert [row["precision"] for row in cross_entropy] == ["fp32", "bf16"]
+    assert all(row["loss_difference"] < 1e-4 for row in cross_entropy)
     for seq in (128, 512):
         assert '"bert_ds_tokens_per_s"' in (out / f"large_{seq}.json").read_text()

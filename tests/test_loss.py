@@ -54,3 +54,51 @@ def test_padding_rows_count_nowhere_and_get_no_gradient(layout):
     expected = evaluation_sums(logits.clone(), targets, tp_group=layout.tp_group)
     torch.testing.assert_close(sums, expected)
     assert sums[2] == 7
+
+
+def _reference(logits, targets):
+    """fp32 cross-entropy (mean over rows) and its gradient, by torch."""
+    reference = logits.detach().float().requires_grad_()
+    loss = F.cross_entropy(reference, targets)
+    loss.backward()
+    return loss.detach(), reference.grad
+
+
+def test_loss_and_gradient_over_several_chunks_match_torch(layout, monkeypatch):
+    """Rows are processed a few at a time (model/vocab_cross_entropy.py): with chunks of 4 rows
+    over 10 rows (the last chunk partial), loss and gradient are torch's in fp32."""
+    from bert_ds.model import vocab_cross_entropy
+
+    monkeypatch.setattr(vocab_cross_entropy, "CPU_CHUNK_ELEMENTS", 4 * 50)
+    gen = torch.Generator().manual_seed(2)
+    logits = (3 * torch.randn(10, 50, generator=gen)).requires_grad_()
+    targets = torch.randint(0, 50, (10,), generator=gen)
+    expected_loss, expected_grad = _reference(logits, targets)
+    losses = pretraining_loss(logits * 1, targets, tp_group=layout.tp_group)
+    losses.loss.backward()
+    torch.testing.assert_close(losses.mlm_loss, expected_loss)
+    torch.testing.assert_close(logits.grad, expected_grad)
+
+
+def test_bf16_gradient_is_within_one_unit_of_the_rounded_fp32_gradient(layout):
+    """In bf16 the exponentials are stored in the logits' buffer and scaled in backward: two
+    roundings instead of one, so each entry is at most one bf16 unit in the last place from the
+    fp32 gradient rounded once; the loss is computed in fp32 throughout. A confident row
+    (p = 0.999 for its target) keeps its target's gradient, p - 1 = -0.001, which a bf16
+    subtraction would round to 0."""
+    gen = torch.Generator().manual_seed(3)
+    logits = (4 * torch.randn(64, 1000, generator=gen)).bfloat16()
+    targets = torch.randint(0, 1000, (64,), generator=gen)
+    logits[0] = -20.0
+    logits[0, targets[0]] = torch.log(torch.tensor(0.999 / 0.001 * 999)).item() - 20.0  # p = 0.999
+    expected_loss, expected_grad = _reference(logits, targets)
+    ours = logits.clone().requires_grad_()
+    losses = pretraining_loss(ours * 1, targets, tp_group=layout.tp_group)
+    losses.loss.backward()
+    assert ours.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(losses.mlm_loss, expected_loss, rtol=1e-5, atol=1e-6)
+    rounded = expected_grad.bfloat16().float()
+    unit = torch.exp2(torch.floor(torch.log2(rounded.abs().clamp(min=1e-30))) - 7)  # bf16: 8 significant bits
+    assert ((ours.grad.float() - rounded).abs() <= unit).all()
+    confident = ours.grad[0, targets[0]].float() * 64  # the mean over 64 rows scales each row by 1/64
+    assert -0.0011 < confident < -0.0009

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
-from megatron.core import parallel_state
-from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+from bert_ds.model.vocab_cross_entropy import RowStatistics, row_statistics, vocab_cross_entropy
 
 
 @dataclass
@@ -29,20 +28,6 @@ class PretrainingLoss:
     nsp_accuracy: Optional[torch.Tensor]
 
 
-def _megatron_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tp_group) -> torch.Tensor:
-    """megatron's vocab-parallel cross-entropy, per row.
-
-    The one place bert_ds relies on megatron's globals: megatron-core 0.16's
-    vocab_parallel_cross_entropy takes no group and always reduces over parallel_state's TP group
-    (distributed.init_parallel sets it up, and ParallelLayout.tp_group is that very group). Every
-    other collective here takes the group it is given, so a different group is refused here
-    rather than reduced over the wrong ranks.
-    """
-    if tp_group is not parallel_state.get_tensor_model_parallel_group():
-        raise ValueError("the MLM loss reduces over megatron's global tensor-parallel group; pass that group (layout.tp_group)")
-    return vocab_parallel_cross_entropy(logits, targets)
-
-
 @torch.no_grad()
 def vocab_parallel_accuracy(logits: torch.Tensor, targets: torch.Tensor, tp_group) -> torch.Tensor:
     """Fraction of rows whose target has the top logit, with the vocabulary split over TP ranks.
@@ -51,41 +36,29 @@ def vocab_parallel_accuracy(logits: torch.Tensor, targets: torch.Tensor, tp_grou
     padding rows (model/selection.py), which count nowhere. Only two [n]-sized all-reduces cross
     ranks, never the [n, vocab] logits.
     """
-    return _correct(logits, targets, tp_group).sum() / (targets >= 0).sum().clamp(min=1)
+    return _correct(row_statistics(logits, targets, tp_group), targets).sum() / (targets >= 0).sum().clamp(min=1)
 
 
-@torch.no_grad()
-def _correct(logits: torch.Tensor, targets: torch.Tensor, tp_group) -> torch.Tensor:
-    """float [n]: 1 where the row's target has the top logit, 0 elsewhere and on padding rows."""
-    if targets.numel() == 0:
-        return logits.new_zeros((0,))
-    part = logits.shape[-1]
-    start = dist.get_rank(tp_group) * part if dist.get_world_size(tp_group) > 1 else 0
-    best = logits.amax(dim=-1)  # (max(dim) also finds indices: 6x slower at [n, 30k])
-    in_slice = (targets >= start) & (targets < start + part)
-    local_ids = (targets - start).clamp(0, part - 1)
-    target_logit = torch.where(in_slice, logits.gather(1, local_ids[:, None])[:, 0], 0.0)
-    if dist.get_world_size(tp_group) > 1:
-        dist.all_reduce(best, op=dist.ReduceOp.MAX, group=tp_group)
-        dist.all_reduce(target_logit, op=dist.ReduceOp.SUM, group=tp_group)
-    return ((target_logit >= best) & (targets >= 0)).float()
+def _correct(statistics: RowStatistics, targets: torch.Tensor) -> torch.Tensor:
+    """float [n]: 1 where the row's target has the top logit (ties count), 0 elsewhere and on padding rows."""
+    return ((statistics.target_logit >= statistics.row_max) & (targets >= 0)).float()
 
 
 def _mlm_terms(mlm_logits: torch.Tensor, mlm_targets: torch.Tensor, tp_group):
     """(per-row cross-entropy [n] or None when no position is selected, correct [n], real [n]):
     the MLM terms both reductions below share, zero on padding rows (a negative target: the rows
-    model/selection.py adds so that the decoder's shape repeats). The logits are taken to fp32
-    first: the softmax over 30k entries, its log-sum-exp and the gradient back into the decoder
-    are computed in fp32 (megatron's and HF's practice); only the selected rows are converted.
-    Correctness is read before the cross-entropy, which reuses the logits buffer in place."""
-    mlm_logits = mlm_logits.float()
+    model/selection.py adds so that the decoder's shape repeats). The softmax over the
+    vocabulary, its log-sum-exp and the gradient back into the decoder are computed in fp32
+    (megatron's and HF's practice), a few rows at a time (model/vocab_cross_entropy.py), which
+    overwrites the logits: correctness is read first."""
     real = (mlm_targets >= 0).float()
-    correct = _correct(mlm_logits, mlm_targets, tp_group)
     if mlm_targets.numel() == 0:
-        return mlm_logits, None, correct, real
+        return None, mlm_logits.new_zeros((0,)), real
+    statistics = row_statistics(mlm_logits, mlm_targets, tp_group)
+    correct = _correct(statistics, mlm_targets)
     # A padding row's target is outside every rank's vocabulary slice: its loss is finite, then zeroed.
-    per_row = _megatron_cross_entropy(mlm_logits, mlm_targets, tp_group) * real
-    return mlm_logits, per_row, correct, real
+    per_row = vocab_cross_entropy(mlm_logits, statistics, tp_group) * real
+    return per_row, correct, real
 
 
 def pretraining_loss(
@@ -103,11 +76,11 @@ def pretraining_loss(
     (= labels[loss_mask]; a negative target marks a padding row, which counts nowhere). The
     logits must not be used after this call (see _mlm_terms).
     """
-    mlm_logits, per_row, correct, real = _mlm_terms(mlm_logits, mlm_targets, tp_group)
+    per_row, correct, real = _mlm_terms(mlm_logits, mlm_targets, tp_group)
     count = real.sum().clamp(min=1)
     mlm_accuracy = correct.sum() / count
     # No selected token in this micro-batch: a zero that still reaches every head parameter.
-    mlm_loss = mlm_logits.sum() * 0.0 if per_row is None else per_row.sum() / count
+    mlm_loss = mlm_logits.float().sum() * 0.0 if per_row is None else per_row.sum() / count
     loss, nsp_loss, nsp_accuracy = mlm_loss, None, None
     if nsp_logits is not None and next_sentence_label is not None:
         nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label)
@@ -138,7 +111,7 @@ def evaluation_sums(
     rank's last micro-batch) and count nowhere; padding rows select no MLM position either.
     """
     sums = torch.zeros(len(EVAL_SUM_FIELDS), dtype=torch.float64, device=mlm_logits.device)
-    _, per_row, correct, real = _mlm_terms(mlm_logits, mlm_targets, tp_group)
+    per_row, correct, real = _mlm_terms(mlm_logits, mlm_targets, tp_group)
     if per_row is not None:
         sums[0] = per_row.double().sum()
         sums[1] = correct.double().sum()

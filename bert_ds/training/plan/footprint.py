@@ -28,9 +28,13 @@ micro-batches in flight):
   attention dropout is off. With activation checkpointing a layer keeps only its input
   (s·b·h·B) and one layer is recomputed at a time. Plus the embeddings and the output head on the
   predicted positions (15% for the masked LMs, every position for a left-to-right model): per
-  vocabulary entry of a predicted row, its logit and gradient in the training dtype plus the
-  cross-entropy's fp32 copy, log-softmax and gradient (12 + 2B bytes; a mini LTR model measured
-  about 22 bytes in bf16: 5.0 GB peak at 32 x 128 tokens, 7.7 GB at 64 x 128). With pipelines, stage 0 holds min(PP, accumulation)
+  vocabulary entry of a predicted row, 12 bytes. The cross-entropy keeps no copy of its own
+  (model/vocab_cross_entropy.py: the logits' buffer holds the exponentials, then the gradient),
+  so the count is the decoder's product and its bias-added output side by side (2B) and what the
+  allocator holds beyond them: a mini LTR model's peak memory grew by about 12 bytes an entry in
+  bf16 and 11 in fp32 from 32 to 64 sequences of 128 tokens (2.67 -> 4.44 GB in bf16, 3.48 ->
+  5.09 GB in fp32; 3.53 -> 5.75 GB in bf16, about 16 bytes, with the fp32 copy and softmax that
+  megatron's cross-entropy kept before 2026-12-08). With pipelines, stage 0 holds min(PP, accumulation)
   micro-batches (DeepSpeed's 1F1B schedule).
 Not counted: the CUDA context and allocator fragmentation (typically 1-3 GiB per GPU), and host
 memory of data-loader workers.
@@ -53,6 +57,8 @@ DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000
 RANK_FILE_BYTES = 64 * 1024
 """Our per-rank file (RNG streams, data-stream position, layout record), about."""
 GIB = 2**30
+LOGIT_BYTES = 12
+"""Memory per vocabulary entry of a predicted row in either precision (measured; module docstring)."""
 
 
 def _layer_params(config: ModelConfig, tp: int) -> int:
@@ -169,7 +175,7 @@ def activation_bytes(
     if embeddings:
         rows = int(round(predicted * s * b))
         total += s * b * h * (2 * width + mask)  # embedding LayerNorm input and output, dropout
-        total += rows * (3 * h * width + (12 + 2 * width) * config.vocab_size // tp)  # output head, logits (docstring)
+        total += rows * (3 * h * width + LOGIT_BYTES * config.vocab_size // tp)  # output head, logits (docstring)
     return int(total)
 
 
