@@ -102,3 +102,25 @@ def test_bf16_gradient_is_within_one_unit_of_the_rounded_fp32_gradient(layout):
     assert ((ours.grad.float() - rounded).abs() <= unit).all()
     confident = ours.grad[0, targets[0]].float() * 64  # the mean over 64 rows scales each row by 1/64
     assert -0.0011 < confident < -0.0009
+
+
+def test_fp16_gradient_keeps_small_entries_under_a_loss_scale(layout):
+    """fp16 (DeepSpeed's loss-scaled mode): backward recomputes the softmax in fp32 and applies the
+    scaled gradient before the one rounding, so entries far below fp16's smallest normal number
+    (6e-5) survive as they do in the fp32 gradient rounded once; storing the exponentials in
+    fp16 would have flushed everything below 6e-8 to 0 before the scale reached them."""
+    gen = torch.Generator().manual_seed(4)
+    logits = (4 * torch.randn(32, 2000, generator=gen)).half()
+    targets = torch.randint(0, 2000, (32,), generator=gen)
+    scale = 2.0**16
+    _, expected_grad = _reference(logits, targets)
+    rounded = (expected_grad * scale).half().float()
+    ours = logits.clone().requires_grad_()
+    (pretraining_loss(ours * 1, targets, tp_group=layout.tp_group).loss * scale).backward()
+    assert ours.grad.dtype == torch.float16
+    got = ours.grad.float()
+    assert ((got == 0) & (rounded != 0)).sum() == 0
+    normal = torch.finfo(torch.float16).tiny
+    unit = torch.exp2(torch.floor(torch.log2(rounded.abs().clamp(min=normal))) - 10)  # fp16: 11 significant bits
+    assert ((got - rounded).abs() <= unit).all()
+    assert (rounded.abs() < normal).sum() > 1000  # the case is exercised: many subnormal entries

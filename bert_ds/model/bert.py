@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from megatron.core.tensor_parallel import ColumnParallelLinear
+from megatron.core.tensor_parallel import ColumnParallelLinear, copy_to_tensor_model_parallel_region
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_block import TransformerBlock, TransformerBlockSubmodules
 
@@ -194,8 +194,14 @@ class BertLMHead(MegatronModule):
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
         # hidden: [n, h] -> logits [n, vocab / tp]
         hidden = self.layernorm(torch.nn.functional.gelu(self.dense(hidden)))
-        logits, _ = self.decoder(hidden, weight=word_embeddings)
-        return logits
+        # The decoder's maths as megatron's ColumnParallelLinear does it (input copied into the TP
+        # region: identity forward, all-reduced gradient), but with the bias inside the matrix
+        # multiply (F.linear: addmm) instead of a second pass over the [n, vocab / tp] output and a
+        # second buffer of its size: for a left-to-right model, which decodes every position, ~5%
+        # of a step's CPU time and 0.23 GB of its peak at 32 x 128 tokens (docs/benchmarks.md).
+        # The module keeps its parameter and TP attributes, so checkpoints and sharding are unchanged.
+        hidden = copy_to_tensor_model_parallel_region(hidden, group=self.decoder.tp_group)
+        return torch.nn.functional.linear(hidden, word_embeddings, self.decoder.bias)
 
 
 @dataclass

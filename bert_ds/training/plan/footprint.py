@@ -28,13 +28,12 @@ micro-batches in flight):
   attention dropout is off. With activation checkpointing a layer keeps only its input
   (s·b·h·B) and one layer is recomputed at a time. Plus the embeddings and the output head on the
   predicted positions (15% for the masked LMs, every position for a left-to-right model): per
-  vocabulary entry of a predicted row, 12 bytes. The cross-entropy keeps no copy of its own
-  (model/vocab_cross_entropy.py: the logits' buffer holds the exponentials, then the gradient),
-  so the count is the decoder's product and its bias-added output side by side (2B) and what the
-  allocator holds beyond them: a mini LTR model's peak memory grew by about 12 bytes an entry in
-  bf16 and 11 in fp32 from 32 to 64 sequences of 128 tokens (2.67 -> 4.44 GB in bf16, 3.48 ->
-  5.09 GB in fp32; 3.53 -> 5.75 GB in bf16, about 16 bytes, with the fp32 copy and softmax that
-  megatron's cross-entropy kept before 2026-12-08). With pipelines, stage 0 holds min(PP, accumulation)
+  vocabulary entry of a predicted row, 12 bytes in either precision. The logits' buffer holds the
+  exponentials and then the gradient (model/vocab_cross_entropy.py) and the bias is added inside
+  the decoder's matrix multiply; the rest per entry was measured, not derived: a mini LTR model's
+  peak memory grew by ~10 bytes an entry in bf16 from 32 to 64 sequences of 128 tokens (2.51 ->
+  4.02 GB) and ~11 in fp32 (3.48 -> 5.09 GB, before the bias moved into the multiply); ~16 in
+  bf16 (3.53 -> 5.75 GB) while the cross-entropy kept an fp32 copy and softmax, before 2026-12-08). With pipelines, stage 0 holds min(PP, accumulation)
   micro-batches (DeepSpeed's 1F1B schedule).
 Not counted: the CUDA context and allocator fragmentation (typically 1-3 GiB per GPU), and host
 memory of data-loader workers.
