@@ -83,23 +83,26 @@ def _rows_per_chunk(logits: torch.Tensor) -> int:
     return max(1, budget // max(1, logits.shape[-1]))
 
 
-def _chunks(rows: int, size: int):
+def _chunks(buffer: torch.Tensor, in_place: bool):
+    """(rows of `buffer`, the fp32 tensor to compute them in) per chunk: the rows themselves when
+    `in_place` (fp32), else one bounded scratch reused by every chunk, whose result the caller
+    copies back when it keeps it."""
+    rows, part = buffer.shape
+    size = _rows_per_chunk(buffer)
+    scratch = None if in_place else torch.empty(min(size, rows), part, dtype=torch.float32, device=buffer.device)
     for start in range(0, rows, size):
-        yield start, min(start + size, rows)
+        block = buffer[start : start + size]
+        yield start, block, block if in_place else scratch[: block.shape[0]]
 
 
 class _ChunkedVocabCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, row_max, target_logit, local_target, in_slice, tp_group):
-        rows, part = logits.shape
-        size = _rows_per_chunk(logits)
         ctx.in_place = logits.dtype == torch.float32  # the chunks are fp32 already: no scratch
         ctx.keeps_exponentials = logits.dtype != torch.float16  # fp16: recomputed in backward (docstring)
-        sum_exp = torch.empty(rows, dtype=torch.float32, device=logits.device)
-        scratch = None if ctx.in_place else torch.empty(min(size, rows), part, dtype=torch.float32, device=logits.device)
-        for start, end in _chunks(rows, size):
-            block = logits[start:end]
-            chunk = block if ctx.in_place else scratch[: end - start]
+        sum_exp = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+        for start, block, chunk in _chunks(logits, ctx.in_place):
+            end = start + block.shape[0]
             torch.sub(block, row_max[start:end, None], out=chunk)
             chunk.exp_()
             torch.sum(chunk, dim=-1, out=sum_exp[start:end])
@@ -114,14 +117,10 @@ class _ChunkedVocabCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss):
         buffer, sum_exp, log_sum_exp, target_logit, local_target, in_slice = ctx.saved_tensors
-        rows, part = buffer.shape
-        size = _rows_per_chunk(buffer)
         grad_loss = grad_loss.float()
         scale = grad_loss / sum_exp  # softmax = exponentials / sum_exp
-        scratch = None if ctx.in_place else torch.empty(min(size, rows), part, dtype=torch.float32, device=buffer.device)
-        for start, end in _chunks(rows, size):
-            block = buffer[start:end]
-            chunk = block if ctx.in_place else scratch[: end - start]
+        for start, block, chunk in _chunks(buffer, ctx.in_place):
+            end = start + block.shape[0]
             if ctx.keeps_exponentials:
                 torch.mul(block, scale[start:end, None], out=chunk)
             else:  # fp16: the softmax from the logits, times the (loss-scaled) gradient, rounded once
@@ -131,7 +130,7 @@ class _ChunkedVocabCrossEntropy(torch.autograd.Function):
                 block.copy_(chunk)
         # Every row's entry at its (clamped) target column, rewritten only where the target is in
         # this rank's slice: no nonzero(), which would wait for the device (model/selection.py).
-        every_row = torch.arange(rows, device=buffer.device)
+        every_row = torch.arange(buffer.shape[0], device=buffer.device)
         target_gradient = (torch.exp(target_logit - log_sum_exp) - 1.0) * grad_loss
         at_target = buffer[every_row, local_target]
         buffer[every_row, local_target] = torch.where(in_slice, target_gradient.to(buffer.dtype), at_target)

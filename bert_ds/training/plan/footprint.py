@@ -33,8 +33,9 @@ micro-batches in flight):
   the decoder's matrix multiply; the rest per entry was measured, not derived: a mini LTR model's
   peak memory grew by ~10 bytes an entry in bf16 from 32 to 64 sequences of 128 tokens (2.51 ->
   4.02 GB) and ~11 in fp32 (3.48 -> 5.09 GB, before the bias moved into the multiply); ~16 in
-  bf16 (3.53 -> 5.75 GB) while the cross-entropy kept an fp32 copy and softmax, before 2026-12-08). With pipelines, stage 0 holds min(PP, accumulation)
-  micro-batches (DeepSpeed's 1F1B schedule).
+  bf16 (3.53 -> 5.75 GB) while the cross-entropy kept an fp32 copy and softmax, before
+  2026-12-08). With pipelines, stage 0 holds min(PP, accumulation) micro-batches (DeepSpeed's
+  1F1B schedule).
 Not counted: the CUDA context and allocator fragmentation (typically 1-3 GiB per GPU), and host
 memory of data-loader workers.
 
